@@ -1,0 +1,114 @@
+"""What every chapter does first and last: load model and corpus, show provenance, guard results.
+
+A chapter starts with ``ctx = start_chapter("vanishing")``: it fixes torch's threads, resolves the
+model and corpus settings, displays the provenance banner (design section 3) and returns the
+:class:`ChapterContext`. Assertion cells use :func:`check` and :func:`check_bound`, which raise
+``AssertionError`` with a message that says what broke, so the strict build fails.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .corpus import Corpus, load_corpus
+from .models import LoadedModel, load_model
+from .settings import configure_torch, window_count
+
+
+@dataclass
+class ChapterContext:
+    """The model, corpus and window count a chapter runs on."""
+
+    chapter: str
+    loaded: LoadedModel
+    corpus: Corpus
+    window_count: int
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def model_label(self) -> str:
+        """Short label for the ledger and captions, e.g. ``standin (0.9M params)``."""
+        return f"{self.loaded.name} ({self.loaded.n_params / 1e6:.1f}M params)"
+
+    def elapsed(self) -> float:
+        """Seconds since the chapter started."""
+        return time.perf_counter() - self.started
+
+
+def provenance_lines(loaded: LoadedModel, corpus: Corpus, windows: int) -> list[str]:
+    """The banner's facts as plain sentences."""
+    lines = [
+        f"Model: {loaded.name}, {loaded.n_params:,} parameters, {loaded.n_layers} layers x "
+        f"{loaded.n_heads} heads (d_head {loaded.d_head}), context {loaded.max_positions}; "
+        f"from {loaded.source}; tokenizer {loaded.tokenizer_kind}.",
+        f"Corpus: {corpus.source} ({corpus.n_bytes:,} bytes, sha256 {corpus.sha256}); "
+        f"{windows} windows.",
+    ]
+    if not loaded.is_paper_model:
+        lines.append("This is not the paper's GPT-2 124M: the numbers below are not the paper's "
+                     "setting. Set NORMLIMITS_MODEL=gpt2 where GPT-2 can be downloaded to rerun "
+                     "on the paper's model.")
+    lines.extend(loaded.notes)
+    return lines
+
+
+class ProvenanceBanner:
+    """Rich display of the provenance (HTML admonition in the book and Lab, text elsewhere)."""
+
+    def __init__(self, lines: list[str], paper_model: bool):
+        self.lines = lines
+        self.paper_model = paper_model
+
+    def _repr_html_(self) -> str:
+        kind = "note" if self.paper_model else "warning"
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in self.lines)
+        return (f'<div class="admonition {kind} provenance-banner"><p class="admonition-title">'
+                f"Provenance of this chapter's numbers</p><ul>{items}</ul></div>")
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines)
+
+
+def start_chapter(chapter: str, model: str | None = None, windows: int | None = None,
+                  show: bool = True) -> ChapterContext:
+    """Load model and corpus for ``chapter`` and display the provenance banner."""
+    configure_torch()
+    torch.manual_seed(0)
+    loaded = load_model(model)
+    corpus = load_corpus()
+    ctx = ChapterContext(chapter, loaded, corpus, window_count(windows))
+    if show:
+        from IPython.display import display
+
+        display(ProvenanceBanner(provenance_lines(loaded, corpus, ctx.window_count), loaded.is_paper_model))
+    return ctx
+
+
+def check(condition, message: str) -> None:
+    """Raise ``AssertionError(message)`` unless ``condition`` is true (the build then fails)."""
+    if not bool(condition):
+        raise AssertionError(message)
+
+
+def check_bound(values, lower=None, upper=None, *, name: str, rtol: float = 1e-6, atol: float = 1e-9) -> int:
+    """Assert ``lower <= values <= upper`` elementwise up to float tolerance; returns the count checked.
+
+    ``values``, ``lower``, ``upper`` broadcast together (tensors or numbers). The error names the
+    bound, the number of violations and the worst one.
+    """
+    values = torch.as_tensor(values, dtype=torch.float64)
+    count = values.numel()
+    for bound, sign, word in ((lower, 1, "below the lower"), (upper, -1, "above the upper")):
+        if bound is None:
+            continue
+        bound = torch.as_tensor(bound, dtype=torch.float64)
+        slack = sign * (values - bound) + atol + rtol * bound.abs()
+        bad = slack < 0
+        if bool(bad.any()):
+            raise AssertionError(f"{name}: {int(bad.sum())} of {count} values lie {word} bound "
+                                 f"(worst by {float(-slack.min()):.3g})")
+    return count

@@ -1,0 +1,144 @@
+"""The corpus (``NORMLIMITS_CORPUS``): Tolstoy's *War and Peace*, and windows of L tokens cut from it.
+
+The setting is a path or a URL. Unset, it is Project Gutenberg's eBook #2600, downloaded once,
+its header and licence stripped, and cached. Offline without a cached copy, or with a file that
+is not UTF-8, a :class:`CorpusError` names the setting and the remedy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from .cache import atomic_write_bytes
+from .settings import CORPUS_ENV, SettingError, cache_dir
+
+GUTENBERG_URL = "https://www.gutenberg.org/cache/epub/2600/pg2600.txt"
+_START = "*** START OF THE PROJECT GUTENBERG EBOOK"
+_END = "*** END OF THE PROJECT GUTENBERG EBOOK"
+
+
+class CorpusError(SettingError):
+    """The corpus setting cannot be honoured; the message names the setting and the remedy."""
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The text used, its sha256 (of the UTF-8 bytes after stripping) and where it came from."""
+
+    text: str
+    sha256: str
+    source: str
+
+    @property
+    def n_bytes(self) -> int:
+        return len(self.text.encode("utf-8"))
+
+
+def strip_gutenberg(text: str) -> str:
+    """Remove a Project Gutenberg header and licence footer, if present (else return ``text`` as is)."""
+    if _START not in text and _END not in text:
+        return text
+    start = text.find(_START)
+    if start >= 0:
+        text = text[text.index("\n", start) + 1:]
+    end = text.find(_END)
+    if end >= 0:
+        text = text[:end]
+    return text.strip("\n\r ") + "\n"
+
+
+def _decode(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{CORPUS_ENV}: {where} is not UTF-8 text ({exc.reason} at byte "
+                          f"{exc.start}). Convert it to UTF-8 (e.g. iconv -t utf-8) or point "
+                          f"{CORPUS_ENV} at a UTF-8 file.") from None
+
+
+def _download(url: str) -> bytes:
+    target = cache_dir() / "corpus" / (hashlib.sha256(url.encode()).hexdigest()[:16] + ".txt")
+    if target.is_file():
+        return target.read_bytes()
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            data = response.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise CorpusError(
+            f"{CORPUS_ENV} is {'unset' if url == GUTENBERG_URL else repr(url)} and the corpus could "
+            f"not be downloaded from {url} ({exc}); this machine seems offline. Remedy: set "
+            f"{CORPUS_ENV} to a local UTF-8 copy of War and Peace, e.g. "
+            f"{CORPUS_ENV}=../shared/data/war-and-peace.txt.") from exc
+    atomic_write_bytes(target, data)
+    return data
+
+
+def load_corpus(setting: str | None = None) -> Corpus:
+    """Read the corpus named by ``setting`` (default ``NORMLIMITS_CORPUS``; unset: Gutenberg #2600)."""
+    setting = (setting if setting is not None else os.environ.get(CORPUS_ENV, "")).strip()
+    if setting.startswith(("http://", "https://")) or setting == "":
+        url = setting or GUTENBERG_URL
+        text = strip_gutenberg(_decode(_download(url), url))
+        source = url
+    else:
+        path = Path(setting).expanduser()
+        if not path.is_file():
+            raise CorpusError(f"{CORPUS_ENV}={setting!r}: no such file. Point it at a UTF-8 text "
+                              "file (the project uses ../shared/data/war-and-peace.txt offline), "
+                              "or unset it to download Project Gutenberg's eBook #2600.")
+        text = strip_gutenberg(_decode(path.read_bytes(), str(path)))
+        source = str(path.resolve())
+    if not text.strip():
+        raise CorpusError(f"{CORPUS_ENV}={setting!r}: the corpus is empty.")
+    return Corpus(text=text, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), source=source)
+
+
+@lru_cache(maxsize=4)
+def _encoded(encode, text: str) -> torch.Tensor:
+    return torch.tensor(encode(text), dtype=torch.long)
+
+
+def corpus_tokens(loaded, corpus: Corpus) -> torch.Tensor:
+    """The whole corpus as token ids of ``loaded``'s tokenizer, LongTensor [n_tokens] (memoised)."""
+    return _encoded(loaded.encode, corpus.text)
+
+
+def window_starts(n_tokens: int, length: int, count: int) -> torch.Tensor:
+    """Evenly spaced start offsets of ``count`` windows of ``length`` tokens in a stream, [count]."""
+    if length > n_tokens:
+        raise CorpusError(f"the corpus has {n_tokens} tokens, fewer than one window of L={length}; "
+                          f"point {CORPUS_ENV} at a longer text or use a smaller L.")
+    span = n_tokens - length
+    return torch.tensor([(k * span) // max(count, 1) for k in range(count)], dtype=torch.long)
+
+
+def check_window_length(length: int, max_positions: int) -> int:
+    """Validate a window length L against the model's context."""
+    if not isinstance(length, int) or length < 1:
+        raise SettingError(f"window length L must be a positive integer (got {length!r}).")
+    if length > max_positions:
+        raise SettingError(f"window length L={length} is beyond the model's context "
+                           f"(n_positions={max_positions}); use L <= {max_positions}.")
+    return length
+
+
+def token_windows(loaded, corpus: Corpus, length: int, count: int) -> torch.Tensor:
+    """``count`` deterministic windows of ``length`` tokens, LongTensor [count, length].
+
+    Windows start at evenly spaced offsets over the whole tokenised text, so the same corpus and
+    tokenizer always give the same windows.
+    """
+    check_window_length(length, loaded.max_positions)
+    if count < 1:
+        raise SettingError(f"the window count must be at least 1 (got {count}).")
+    tokens = corpus_tokens(loaded, corpus)
+    starts = window_starts(len(tokens), length, count)
+    return tokens[starts[:, None] + torch.arange(length)[None, :]]

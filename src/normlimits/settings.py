@@ -1,0 +1,76 @@
+"""The project's settings: one environment variable each, read at call time.
+
+Every setting can also be passed as a parameter in code; the environment variable is only the
+default. Names:
+
+- ``NORMLIMITS_MODEL``: which model (see :mod:`normlimits.models`). Unset means "GPT-2 if it can
+  be had, else the stand-in".
+- ``NORMLIMITS_CORPUS``: path or URL of the corpus (see :mod:`normlimits.corpus`). Unset means
+  Project Gutenberg's eBook #2600, downloaded once and cached.
+- ``NORMLIMITS_CACHE``: folder for downloaded text and trained checkpoints
+  (default ``~/.cache/normlimits``).
+- ``NORMLIMITS_WINDOWS``: how many corpus windows a chapter averages over (default 8).
+- ``NORMLIMITS_THREADS``: torch CPU threads (default 2, the machines' core count).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MODEL_ENV = "NORMLIMITS_MODEL"
+CORPUS_ENV = "NORMLIMITS_CORPUS"
+CACHE_ENV = "NORMLIMITS_CACHE"
+WINDOWS_ENV = "NORMLIMITS_WINDOWS"
+THREADS_ENV = "NORMLIMITS_THREADS"
+
+DEFAULT_WINDOWS = 8
+DEFAULT_THREADS = 2
+
+
+class SettingError(ValueError):
+    """A setting has a value the project cannot use; the message names the setting and the remedy."""
+
+
+def cache_dir() -> Path:
+    """The cache folder (created if missing)."""
+    path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "normlimits").expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _positive_int(env: str, default: int) -> int:
+    raw = os.environ.get(env)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingError(f"{env}={raw!r} is not an integer; set it to a positive integer "
+                           f"(default {default}) or unset it.") from None
+    if value < 1:
+        raise SettingError(f"{env}={raw!r} must be at least 1; set it to a positive integer "
+                           f"(default {default}) or unset it.")
+    return value
+
+
+def window_count(count: int | None = None) -> int:
+    """The number of corpus windows: ``count`` if given, else ``NORMLIMITS_WINDOWS``, else 8."""
+    if count is not None:
+        if count < 1:
+            raise SettingError(f"the window count must be at least 1 (got {count}); "
+                               f"pass a positive count or set {WINDOWS_ENV}.")
+        return count
+    return _positive_int(WINDOWS_ENV, DEFAULT_WINDOWS)
+
+
+def thread_count() -> int:
+    """torch CPU threads from ``NORMLIMITS_THREADS`` (default 2)."""
+    return _positive_int(THREADS_ENV, DEFAULT_THREADS)
+
+
+def configure_torch() -> None:
+    """Fix torch's thread count so timings and training are repeatable."""
+    import torch
+
+    torch.set_num_threads(thread_count())

@@ -1,0 +1,93 @@
+"""Capture parity: captured weights equal transformers' own attentions and a recomputed softmax."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import make_tiny_gpt2
+from normlimits.capture import capture_batch, capture_window, iter_captures
+from normlimits.models import LoadedModel, byte_encode
+
+
+def _wrap(model):
+    return LoadedModel(model=model, name="t", source="t", encode=byte_encode, tokenizer_kind="bytes",
+                       is_paper_model=False)
+
+
+def _parity(loaded, ids, atol=1e-6):
+    with torch.no_grad():
+        out = loaded.model(ids, output_attentions=True, output_hidden_states=True)
+    batch = capture_batch(loaded, ids)
+    weights = batch.weights()
+    length = ids.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    for layer, reference in enumerate(out.attentions):
+        assert torch.allclose(weights[:, layer], reference, atol=atol), layer
+        q, k = batch.queries[:, layer], batch.keys[:, layer]
+        recomputed = (q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5).masked_fill(~causal, float("-inf")).softmax(-1)
+        assert torch.allclose(recomputed, reference, atol=atol), layer
+        assert torch.equal(batch.hidden[:, layer], out.hidden_states[layer])
+    assert bool((weights.triu(1) == 0).all()), "masked keys get weight exactly 0"
+    return batch
+
+
+def test_parity_on_a_tiny_gpt2_configuration(tiny_loaded):
+    ids = torch.randint(0, 300, (3, 40))
+    batch = _parity(tiny_loaded, ids)
+    assert batch.queries.shape == (3, 2, 4, 40, 8)
+    assert batch.hidden.shape == (3, 2, 40, 32)
+    assert batch.logits(rows=[0, 39]).shape == (3, 2, 4, 2, 40)
+
+
+def test_parity_with_inverse_layer_scaling():
+    model = make_tiny_gpt2()
+    model.config.scale_attn_by_inverse_layer_idx = True
+    for index, block in enumerate(model.transformer.h):
+        block.attn.scale_attn_by_inverse_layer_idx = True
+        block.attn.scaling = (block.attn.head_dim ** -0.5) / (index + 1)
+    loaded = _wrap(model)
+    ids = torch.randint(0, 300, (2, 20))
+    with torch.no_grad():
+        out = model(ids, output_attentions=True)
+    weights = capture_batch(loaded, ids).weights()
+    for layer, reference in enumerate(out.attentions):
+        assert torch.allclose(weights[:, layer], reference, atol=1e-6)
+
+
+def test_parity_on_the_standin():
+    from normlimits.corpus import load_corpus, token_windows
+    from normlimits.standin import load_standin
+
+    loaded = load_standin()
+    ids = token_windows(loaded, load_corpus(), 256, 2)
+    _parity(loaded, ids, atol=1e-5)
+
+
+def test_causality_row_l_minus_1_equals_last_row_of_window_l(tiny_loaded):
+    """The book's sweep trick: one pass over the longest window serves every L."""
+    ids = torch.randint(0, 300, (64,))
+    full = capture_window(tiny_loaded, ids)
+    for length in (8, 33, 64):
+        short = capture_window(tiny_loaded, ids[:length])
+        assert torch.allclose(full.weights(rows=[length - 1])[..., :length],
+                              short.weights(rows=[length - 1]), atol=1e-6)
+        assert bool((full.weights(rows=[length - 1])[..., length:] == 0).all())
+
+
+def test_window_and_stream_agree_with_batch(tiny_loaded):
+    ids = torch.randint(0, 300, (3, 16))
+    batch = capture_batch(tiny_loaded, ids)
+    for w, capture in enumerate(iter_captures(tiny_loaded, ids)):
+        assert torch.allclose(capture.weights(temperature=0.5), batch.weights(temperature=0.5)[w], atol=1e-7)
+        assert torch.equal(capture.values, batch.values[w])
+
+
+def test_bad_rows_and_lengths_are_refused(tiny_loaded):
+    capture = capture_window(tiny_loaded, torch.randint(0, 300, (10,)))
+    with pytest.raises(IndexError, match="0..9"):
+        capture.logits(rows=[10])
+    with pytest.raises(ValueError, match="T must be > 0"):
+        capture.weights(temperature=0.0)
+    with pytest.raises(ValueError, match="beyond the model's context"):
+        capture_window(tiny_loaded, torch.zeros(65, dtype=torch.long))

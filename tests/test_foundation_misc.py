@@ -1,0 +1,109 @@
+"""Settings, atomic cache writes, the ledger, the assertion helpers, and environment pins."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+
+from normlimits import cache, ledger, settings
+from normlimits.book import check, check_bound, provenance_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_window_count_setting(monkeypatch):
+    monkeypatch.setenv("NORMLIMITS_WINDOWS", "3")
+    assert settings.window_count() == 3 and settings.window_count(5) == 5
+    monkeypatch.setenv("NORMLIMITS_WINDOWS", "zero")
+    with pytest.raises(settings.SettingError, match="NORMLIMITS_WINDOWS"):
+        settings.window_count()
+    monkeypatch.setenv("NORMLIMITS_WINDOWS", "0")
+    with pytest.raises(settings.SettingError, match="at least 1"):
+        settings.window_count()
+
+
+def test_atomic_write_leaves_nothing_half_written(tmp_path):
+    target = tmp_path / "x.bin"
+    cache.atomic_write_bytes(target, b"one")
+
+    def broken(tmp):
+        tmp.write_bytes(b"half")
+        raise RuntimeError("crash mid-write")
+
+    with pytest.raises(RuntimeError):
+        cache._atomic_file(target, broken)
+    assert target.read_bytes() == b"one"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.bin"]
+
+
+def test_atomic_directory_replaces_whole(tmp_path):
+    target = tmp_path / "model"
+    cache.atomic_save_dir(target, lambda d: (d / "a").write_text("1"))
+    with pytest.raises(RuntimeError):
+        cache.atomic_save_dir(target, lambda d: ((d / "b").write_text("2"), (_ for _ in ()).throw(RuntimeError())))
+    assert [p.name for p in target.iterdir()] == ["a"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_ledger_records_validates_and_upserts(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
+    row = dict(chapter="vanishing", claim="c", paper="p", measured="m", model="standin")
+    ledger.record("C1", verdict="corrected", **row)
+    ledger.record("L1", verdict="confirmed", **row)
+    ledger.record("C1", verdict="refuted", **row)
+    rows = json.loads((tmp_path / "vanishing.json").read_text())
+    assert [(r["id"], r["verdict"]) for r in rows] == [("L1", "confirmed"), ("C1", "refuted")]
+    collected = ledger.collect(tmp_path, ["vanishing"])
+    assert [r["id"] for r in collected] == ["L1", "C1"], "expected-claims order"
+    assert ledger.missing_claims(collected, ["vanishing"]) == ["vanishing:C1S", "vanishing:NU"]
+    with pytest.raises(ValueError, match="verdict"):
+        ledger.record("X", verdict="probably", **row)
+    with pytest.raises(ValueError, match="lacks"):
+        ledger.record("X", chapter="v", claim="", paper="p", measured="m", verdict="confirmed", model="s")
+
+
+def test_check_helpers_fail_on_violations():
+    check(True, "fine")
+    with pytest.raises(AssertionError, match="broken bound"):
+        check(torch.tensor(False), "broken bound")
+    assert check_bound(torch.tensor([0.1, 0.5]), 0.0, 1.0, name="weights") == 2
+    with pytest.raises(AssertionError, match=r"weights: 1 of 3 values lie above the upper bound"):
+        check_bound(torch.tensor([0.1, 0.5, 1.2]), 0.0, 1.0, name="weights")
+    with pytest.raises(AssertionError, match="below the lower"):
+        check_bound(torch.tensor([0.1, 0.5]), torch.tensor([0.2, 0.0]), name="weights")
+
+
+def test_banner_says_when_the_model_is_not_the_papers(tiny_loaded):
+    from normlimits.corpus import load_corpus
+
+    lines = provenance_lines(tiny_loaded, load_corpus(), 8)
+    text = " ".join(lines)
+    assert "not the paper's GPT-2 124M" in text and "sha256" in text and "8 windows" in text
+
+
+def _requirement_names(requirements):
+    return {re.split(r"[<>=!~ ]", r, maxsplit=1)[0].lower(): r for r in requirements}
+
+
+def test_environment_yml_mirrors_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    text = (ROOT / "environment.yml").read_text()
+    pip_block = re.findall(r"^\s+- (\S.*)$", text.split("- pip:", 1)[1], flags=re.M)
+    conda_pins = [line for line in pip_block if line != "-e ."]
+    assert sorted(conda_pins) == sorted(project)
+
+
+def test_every_pinned_requirement_is_in_the_lock_file():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    lock = {line.split("==")[0].lower(): line for line in (ROOT / "requirements.lock").read_text().splitlines()
+            if "==" in line and not line.startswith("#")}
+    for name, requirement in _requirement_names(project).items():
+        assert name in lock, f"{name} missing from requirements.lock"
+        if "==" in requirement:
+            assert lock[name] == requirement, (lock[name], requirement)
+    assert lock["torch"] == "torch==2.13.0"

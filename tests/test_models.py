@@ -1,0 +1,112 @@
+"""Model resolution: every path testable offline, and every error naming the setting."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import make_tiny_gpt2
+from normlimits import models
+from normlimits.models import BYTE_TOKENIZER_FILE, ModelError, load_model, load_pretrained
+
+
+def test_unknown_name_is_a_clear_error():
+    with pytest.raises(ModelError, match="NORMLIMITS_MODEL") as info:
+        load_model("not a model name!")
+    assert "standin" in str(info.value)
+
+
+def test_gpt2_offline_error_names_setting_and_remedy(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
+    with pytest.raises(ModelError) as info:
+        load_model("gpt2")
+    message = str(info.value)
+    assert "NORMLIMITS_MODEL='gpt2'" in message
+    assert "HF_HUB_OFFLINE" in message and "standin" in message
+
+
+def test_directory_without_model(tmp_path):
+    with pytest.raises(ModelError, match="directory without a model"):
+        load_model(str(tmp_path))
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(ModelError, match="no such directory"):
+        load_model(str(tmp_path / "nowhere"))
+
+
+def test_non_gpt2_architecture_is_refused(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    with pytest.raises(ModelError, match="GPT-2-architecture"):
+        load_model(str(tmp_path))
+
+
+def test_saved_gpt2_loads_through_the_hub_code_path(tmp_path, monkeypatch):
+    """A GPT-2 written by save_pretrained loads with the same code as a hub id, eager, same weights."""
+    model = make_tiny_gpt2()
+    model.save_pretrained(tmp_path)
+    (tmp_path / BYTE_TOKENIZER_FILE).write_text(json.dumps({"kind": "bytes"}))
+    calls = []
+    original = models.load_pretrained
+    monkeypatch.setattr(models, "load_pretrained", lambda *a, **k: calls.append(a) or original(*a, **k))
+    loaded = models.load_model(str(tmp_path))
+    assert calls, "a directory must go through load_pretrained, the hub-id code path"
+    assert loaded.model.config._attn_implementation == "eager"
+    assert loaded.encode("hé") == [104, 195, 169]
+    for (name, p), q in zip(model.state_dict().items(), loaded.model.state_dict().values()):
+        assert torch.equal(p, q), name
+    assert not loaded.is_paper_model and "local directory" in loaded.source
+
+
+def test_saved_gpt2_with_a_real_bpe_tokenizer(tmp_path):
+    """The transformers tokenizer saved beside a model is the one used."""
+    from transformers import GPT2Tokenizer
+
+    vocab = {c: i for i, c in enumerate(["<|endoftext|>", "a", "b", "Ġ", "ab", "Ġa"])}
+    tokenizer = GPT2Tokenizer(vocab=vocab, merges=[("a", "b"), ("Ġ", "a")])
+    make_tiny_gpt2(vocab=len(vocab)).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = load_pretrained(str(tmp_path))
+    assert loaded.encode("ab a") == [vocab["ab"], vocab["Ġa"]]
+
+
+def test_saved_model_without_tokenizer_is_a_clear_error(tmp_path):
+    make_tiny_gpt2().save_pretrained(tmp_path)
+    with pytest.raises(ModelError, match="no tokenizer"):
+        load_model(str(tmp_path))
+
+
+def test_unset_setting_falls_back_to_standin(monkeypatch):
+    """Unset means GPT-2 if it can be had; offline without a cache that is the stand-in, with a note."""
+    monkeypatch.delenv("NORMLIMITS_MODEL", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
+    sentinel = models.LoadedModel(model=make_tiny_gpt2(), name="standin", source="s",
+                                  encode=models.byte_encode, tokenizer_kind="bytes", is_paper_model=False)
+    import normlimits.standin as standin
+
+    monkeypatch.setattr(standin, "load_standin", lambda corpus=None: sentinel)
+    loaded = load_model()
+    assert loaded is sentinel
+    assert any("GPT-2 could not be loaded" in note for note in loaded.notes)
+
+
+def test_explicit_standin_is_strict_about_the_corpus(monkeypatch, tmp_path):
+    monkeypatch.setenv("NORMLIMITS_CORPUS", str(tmp_path / "missing.txt"))
+    with pytest.raises(Exception, match="NORMLIMITS_CORPUS"):
+        load_model("standin")
+
+
+def test_gpt2_random_has_gpt2_small_shape():
+    loaded = load_model("gpt2-random")
+    assert (loaded.n_layers, loaded.n_heads, loaded.d_head, loaded.max_positions) == (12, 12, 64, 1024)
+    assert 124_000_000 < loaded.n_params < 125_000_000
+    assert loaded.model.config._attn_implementation == "eager"
+    assert any("timings" in note for note in loaded.notes)

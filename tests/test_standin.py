@@ -1,0 +1,81 @@
+"""The stand-in: deterministic training pieces, its evaluation, its cache, and its quality."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import make_tiny_gpt2
+from normlimits import standin
+from normlimits.standin import Phase
+
+
+def test_split_holds_out_the_tail():
+    ids = torch.arange(100)
+    train, held = standin.split_corpus(ids, 0.1)
+    assert torch.equal(train, torch.arange(90)) and torch.equal(held, torch.arange(90, 100))
+
+
+def test_learning_rate_warms_up_then_decays_to_a_tenth():
+    assert standin.learning_rate(0, 100, 1.0, warmup=10) == pytest.approx(0.1)
+    assert standin.learning_rate(10, 100, 1.0, warmup=10) == pytest.approx(1.0)
+    assert standin.learning_rate(100, 100, 1.0, warmup=10) == pytest.approx(0.1)
+
+
+def test_bigram_model_is_normalised_and_exact_on_a_deterministic_stream():
+    ids = torch.tensor([0, 1] * 500)
+    log_probs = standin.bigram_log_probs(ids, vocab=3, smoothing=1e-9)
+    assert torch.allclose((2 ** log_probs).sum(1), torch.ones(3, dtype=torch.float64))
+    windows = ids[:11][None]
+    assert float(standin.bigram_bits_per_position(log_probs, windows).max()) < 1e-6
+
+
+def test_bands_average_the_right_positions():
+    bits = torch.cat([torch.zeros(1, 256), torch.ones(1, 256), 2 * torch.ones(1, 512)], dim=1)
+    bands = standin.by_band(bits)
+    assert bands == {"0-255": 0.0, "256-511": 1.0, "512-1023": 2.0, "all": 1.25}
+
+
+def test_training_is_deterministic_and_lowers_the_loss():
+    ids = torch.tensor(list(b"abcabcabd" * 200))
+    phases = (Phase(16, 8, 12, random_offsets=True), Phase(32, 4, 4))
+    runs = []
+    for _ in range(2):
+        model = make_tiny_gpt2(vocab=257)
+        log = standin.train_language_model(model, ids, phases, lr=3e-3, seed=1,
+                                           on_step=lambda step, loss, m: step)
+        runs.append(log)
+    assert runs[0].losses == runs[1].losses, "same seed, same threads: same losses"
+    assert runs[0].extra == list(range(16))
+    assert runs[0].losses[-1] < runs[0].losses[0] - 1.0
+
+
+def test_phase_longer_than_the_position_table_is_refused():
+    with pytest.raises(ValueError, match="n_positions"):
+        standin.train_language_model(make_tiny_gpt2(vocab=257), torch.arange(200) % 250,
+                                     (Phase(128, 1, 1),), lr=1e-3, seed=0)
+
+
+def test_cache_key_tracks_corpus_and_recipe():
+    a, b = standin.standin_key("a" * 64), standin.standin_key("b" * 64)
+    assert a != b and a["phases"] == b["phases"]
+
+
+def test_standin_is_cached_and_beats_bigram_in_every_band():
+    """The trained stand-in (trained once per machine, ~10 min) clearly beats the bigram baseline."""
+    import time
+
+    start = time.perf_counter()
+    loaded = standin.load_standin()
+    report = standin.standin_report()
+    assert loaded.n_heads * loaded.n_layers >= 16 and loaded.max_positions >= 1024
+    assert loaded.encode("a") == [97]
+    for band in ("0-255", "256-511", "512-1023"):
+        gain = report["bigram_bits_per_byte"][band] - report["model_bits_per_byte"][band]
+        assert gain > 0.2, f"band {band}: gain over bigram only {gain:.3f} bits/byte"
+    assert math.isfinite(report["train_seconds"])
+    second = time.perf_counter()
+    standin.load_standin()
+    assert time.perf_counter() - second < 30, "a cached stand-in loads in seconds"
