@@ -41,11 +41,17 @@ $(MATHJAX): $(INSTALLED)
 	$(PY) -c "import mathjax, pathlib, shutil; src = pathlib.Path(mathjax.__file__).parent / 'static/mathjax/es5'; shutil.copytree(src, 'book/_mathjax/mathjax')"
 	@touch $@
 
-# Headless Chromium from Debian for the browser test (root can install it; others are told how).
+# Headless Chromium from Debian for the browser test (tests/test_site.py drives it with Playwright;
+# no browser download). Root installs it; others are told how, and the browser test then fails
+# with the same remedy. A font is installed with it so screenshots show text.
+BROWSER_PACKAGES := chromium fonts-dejavu-core
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
-	  else echo "The browser test needs Debian's chromium: sudo apt-get install chromium" >&2; fi; }
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "Installing Debian's chromium for the browser test (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES) >/dev/null; \
+	  else echo "The browser test needs Debian's chromium: sudo apt-get install --no-install-recommends $(BROWSER_PACKAGES)" >&2; fi; }
+	@command -v chromium >/dev/null 2>&1 && chromium --version 2>/dev/null | grep -i chromium || true
 
 # --- the book ---------------------------------------------------------------------------------
 book: $(INSTALLED) $(MATHJAX)

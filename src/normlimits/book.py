@@ -52,7 +52,7 @@ def provenance_lines(loaded: LoadedModel, corpus: Corpus, windows: int) -> list[
         lines.append("This is not the paper's GPT-2 124M: the numbers below are not the paper's "
                      "setting. Set NORMLIMITS_MODEL=gpt2 where GPT-2 can be downloaded to rerun "
                      "on the paper's model.")
-    lines.extend(loaded.notes)
+    lines.extend(note for note in loaded.notes if note not in lines and "not the paper's" not in note)
     return lines
 
 
@@ -66,7 +66,8 @@ class ProvenanceBanner:
     def _repr_html_(self) -> str:
         kind = "note" if self.paper_model else "warning"
         items = "".join(f"<li>{html.escape(line)}</li>" for line in self.lines)
-        return (f'<div class="admonition {kind} provenance-banner"><p class="admonition-title">'
+        return (f'<div class="admonition {kind} provenance-banner" style="overflow-wrap: anywhere">'
+                f'<p class="admonition-title">'
                 f"Provenance of this chapter's numbers</p><ul>{items}</ul></div>")
 
     def __repr__(self) -> str:

@@ -1,0 +1,120 @@
+"""Re-execution as a reader does it: each chapter, opened with jupytext, runs in a fresh kernel.
+
+Outside the book build: the MyST source is read with jupytext (as JupyterLab does under
+``make lab``), executed with nbclient in a new ``python3`` kernel from the chapter's own folder,
+with a small window count (``NORMLIMITS_WINDOWS=2``) so it stays quick, and with the claims ledger
+sent to a temporary folder (``NORMLIMITS_LEDGER_DIR``) so the book's ledger is not touched. Every
+cell must run, every glue key the prose uses must be glued, and the chapter must record each claim
+it owes the ledger.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from normlimits import ledger
+
+pytestmark = pytest.mark.book
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOWS = "2"
+CELL_TIMEOUT = 1500
+
+
+def toc_files(toc: dict) -> list[str]:
+    """Every ``file:`` entry of a jb-book table of contents, in reading order."""
+    found: list[str] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                found.append(node["file"])
+            for key in ("parts", "chapters", "sections"):
+                for child in node.get(key) or ():
+                    walk(child)
+
+    found.append(toc["root"])
+    walk(toc)
+    return found
+
+
+def notebook_chapters() -> list[Path]:
+    """The book's pages that are notebooks (jupytext front matter with a kernelspec)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    chapters = []
+    for name in toc_files(toc):
+        path = ROOT / f"{name}.md"
+        if path.is_file():
+            head = re.match(r"---\n(.*?)\n---", path.read_text()[:2000], re.S)
+            if head and "kernelspec" in head.group(1):
+                chapters.append(path)
+    return chapters
+
+
+GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`]+)`")
+GLUE_DIRECTIVE = re.compile(r"^[`:]{3,}\{glue(?::\w+)?\}\s+(\S+)", re.M)
+
+
+def glue_keys_used(nb) -> set[str]:
+    """Glue keys the chapter's Markdown cells paste (same-document keys only)."""
+    keys: set[str] = set()
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for content in GLUE_ROLE.findall(cell.source):
+                if "::" not in content:  # "doc::key" pastes from another page
+                    keys.add(content.split(":", 1)[0].strip())
+            keys.update(GLUE_DIRECTIVE.findall(cell.source))
+    return keys
+
+
+def glue_keys_made(nb) -> set[str]:
+    """Glue keys the executed notebook's outputs carry (myst-nb's ``scrapbook`` metadata)."""
+    keys: set[str] = set()
+    for cell in nb.cells:
+        for output in cell.get("outputs", ()):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                keys.add(name)
+    return keys
+
+
+def test_the_book_has_notebook_chapters():
+    names = [p.stem for p in notebook_chapters()]
+    assert "setup" in names, f"the setup page is not an executable notebook in the toc: {names}"
+
+
+@pytest.mark.parametrize("path", notebook_chapters(), ids=lambda p: p.stem)
+def test_chapter_executes_in_a_fresh_kernel(path, tmp_path, monkeypatch):
+    import jupytext
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setenv(ledger.LEDGER_ENV, str(tmp_path / "ledger"))
+    monkeypatch.setenv("NORMLIMITS_WINDOWS", WINDOWS)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    nb = jupytext.read(path)
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    try:
+        client.execute()
+    except CellExecutionError as exc:
+        pytest.fail(f"{path.name} failed when executed in a fresh kernel from {path.parent} "
+                    f"(NORMLIMITS_WINDOWS={WINDOWS}):\n{str(exc)[-4000:]}", pytrace=False)
+    seconds = time.perf_counter() - start
+    print(f"{path.name}: executed in {seconds:.0f} s")
+
+    missing = glue_keys_used(nb) - glue_keys_made(nb)
+    assert not missing, f"{path.name}: the prose pastes glue keys the code never glued: {sorted(missing)}"
+
+    chapter = path.stem
+    rows = ledger.read_rows(tmp_path / "ledger" / f"{chapter}.json")
+    for row in rows:
+        ledger.validate_row(row)
+    owed = ledger.missing_claims(rows, [chapter])
+    assert not owed, f"{path.name} did not record {owed} in the ledger"

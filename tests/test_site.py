@@ -1,0 +1,595 @@
+"""The built site in a real browser: headless Chromium (Debian's ``chromium``) driven by Playwright.
+
+Every HTML page of ``_build/html`` is opened once from ``file://`` with all network traffic
+blocked; what the page shows is collected in one pass (typeset math, images, cell outputs, glued
+values, links and anchors, banners, the Verdicts table, buttons) and a full-page screenshot is saved
+under ``_build/screenshots/`` with a short report (``report.json`` and ``report.md``). The tests
+below then each assert one property of the whole site and name every page that breaks it.
+
+The site is the one ``make book`` builds (the session fixture ``built_book``). To check an
+existing build without rebuilding, point ``NORMLIMITS_SITE_BUILD`` at its ``_build`` folder.
+A missing browser is a failure with the remedy, never a skip: run ``make browser``.
+
+Two facts the checks rely on: a ``{glue:text}`` whose key is missing renders as *nothing* (myst-nb
+drops the role and Sphinx filters its system message), so the glue check compares the roles in each
+page's MyST source with the values rendered; and a cell tagged ``raises-exception`` (an error shown
+on purpose) is the only cell output allowed to show a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.book, pytest.mark.browser]
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE_ENV = "NORMLIMITS_SITE_BUILD"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+VIEWPORT = {"width": 1280, "height": 1000}
+SKIP_FOLDERS = {"_static", "_sources", "_images", "_sphinx_design_static", "reports"}
+NUMBERED_PROOF_KINDS = ("theorem", "lemma", "corollary", "proposition")
+SEARCH_WORD = "softmax"
+# Uncaught script errors that come from the theme stack itself and break nothing a reader uses.
+# sphinx-thebe adds its inline config script (``const THEBE_JS_URL = ...``) twice under Sphinx 7.4,
+# so the second copy throws; thebe (live code in the page) is not enabled in this book.
+KNOWN_SCRIPT_ERRORS = (re.compile(r"Identifier 'THEBE_JS_URL' has already been declared"),)
+
+# One pass over a loaded page: waits for images and MathJax, then returns what the tests check.
+SURVEY_JS = r"""
+async () => {
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  for (const img of document.images) if (img.loading === 'lazy') img.loading = 'eager';
+  await Promise.race([
+    Promise.all([...document.images].map(img => img.complete ? null :
+      new Promise(r => { img.addEventListener('load', r); img.addEventListener('error', r); }))),
+    sleep(15000)]);
+  const mathjaxScript = !!document.querySelector('script[src*="mathjax" i]');
+  let mathjaxReady = false;
+  if (mathjaxScript) {
+    const t0 = performance.now();
+    const started = () => window.MathJax && MathJax.startup && MathJax.startup.promise;
+    while (!started() && performance.now() - t0 < 15000) await sleep(50);
+    if (started()) { await Promise.race([MathJax.startup.promise, sleep(30000)]); mathjaxReady = true; }
+  }
+  const inside = (node, tags, classes) => {
+    for (let el = node.parentElement; el; el = el.parentElement) {
+      if (tags.includes(el.tagName)) return true;
+      if (classes.some(c => el.classList.contains(c))) return true;
+    }
+    return false;
+  };
+  const rawMath = [], leftoverGlue = [];
+  const rawPattern = /\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\$\\[a-zA-Z]/;
+  const gluePattern = /\{glue(:[a-z]*)?\}/;
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const node = walker.currentNode, text = node.nodeValue;
+    if (inside(node, ['SCRIPT', 'STYLE', 'TEMPLATE', 'NOSCRIPT'], [])) continue;
+    if (rawPattern.test(text) && !inside(node, ['PRE', 'CODE', 'KBD', 'SAMP', 'TEXTAREA', 'MJX-CONTAINER'], ['highlight']))
+      rawMath.push(text.trim().slice(0, 160));
+    if (gluePattern.test(text) && !inside(node, ['PRE', 'TEXTAREA'], ['highlight']))
+      leftoverGlue.push(text.trim().slice(0, 160));
+  }
+  const cellText = el => (el.textContent || '').trim().slice(0, 300);
+  const intentional = el => !!el.closest('.tag_raises-exception');
+  const errorOutputs = [];
+  for (const el of document.querySelectorAll(
+      '.cell_output .traceback, .cell_output .stderr, .cell_output .error, .output.traceback, .output.stderr, .output.error'))
+    if (!intentional(el)) errorOutputs.push(cellText(el));
+  // Text outputs that print an exception (e.g. a caught error printed, or a traceback in stdout).
+  const errorLine = /Traceback \(most recent call last\)|^\s*[A-Za-z_.]*(Error|Exception): /m;
+  for (const el of document.querySelectorAll('.cell_output pre'))
+    if (!intentional(el) && errorLine.test(el.textContent || '')) errorOutputs.push(cellText(el));
+  const visible = el => typeof el.checkVisibility === 'function' ? el.checkVisibility() : el.getClientRects().length > 0;
+  const ids = new Set([...document.querySelectorAll('[id]')].map(e => e.id));
+  for (const a of document.querySelectorAll('a[name]')) ids.add(a.getAttribute('name'));
+  const proofs = [...document.querySelectorAll('div.proof')].map(el => ({
+    id: el.id, classes: [...el.classList],
+    title: (el.querySelector('.admonition-title') || {textContent: ''}).textContent.trim().slice(0, 120),
+    number: (el.querySelector('.admonition-title .caption-number') || {textContent: ''}).textContent.trim()}));
+  return {
+    title: document.title,
+    mathjaxScript, mathjaxReady,
+    mathElements: document.querySelectorAll('.math').length,
+    mathUntypeset: [...document.querySelectorAll('.math')].filter(e => !e.querySelector('mjx-container'))
+                     .map(e => e.textContent.trim().slice(0, 120)),
+    mjxContainers: document.querySelectorAll('mjx-container').length,
+    mathErrors: [...document.querySelectorAll('mjx-merror')].map(e => (e.getAttribute('data-mjx-error') || e.textContent).slice(0, 160)),
+    rawMath, leftoverGlue,
+    images: [...document.images].map(img => ({src: img.currentSrc || img.src, alt: img.alt,
+                                              width: img.naturalWidth, complete: img.complete})),
+    errorOutputs,
+    pasted: [...document.querySelectorAll('.pasted-text, .pasted-math, .pasted-inline')].map(
+              e => ({kind: [...e.classList].find(c => c.startsWith('pasted-')), text: e.textContent.trim().slice(0, 120)})),
+    links: [...document.querySelectorAll('a[href]')].map(a => ({href: a.href, raw: a.getAttribute('href'),
+              classes: a.className, text: (a.textContent || '').trim().slice(0, 60),
+              title: a.getAttribute('title') || a.getAttribute('data-bs-original-title') || a.getAttribute('aria-label') || ''})),
+    forms: [...document.querySelectorAll('form[action]')].map(f => f.action),
+    ids: [...ids],
+    banners: [...document.querySelectorAll('.provenance-banner')].map(visible),
+    ledgerTables: document.querySelectorAll('table.claims-ledger').length,
+    ledgerRows: [...document.querySelectorAll('table.claims-ledger tbody tr')].map(
+                  tr => [...tr.cells].map(td => td.textContent.trim().replace(/\s+/g, ' '))),
+    citations: document.querySelectorAll('.citation-list .citation, [role="doc-biblioentry"]').length,
+    figures: [...document.querySelectorAll('figure')].map(f => ({id: f.id,
+      caption: (f.querySelector('figcaption') || {textContent: ''}).textContent.trim().slice(0, 120),
+      number: (f.querySelector('.caption-number') || {textContent: ''}).textContent.trim(),
+      images: f.querySelectorAll('img, svg').length})),
+    proofs,
+    searchBox: !!document.querySelector('form.bd-search input[name="q"], input[name="q"]'),
+  };
+}
+"""
+
+
+# --- locating the site -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def build_dir(request) -> Path:
+    """The ``_build`` folder under test: ``NORMLIMITS_SITE_BUILD`` if set, else a fresh strict build."""
+    override = os.environ.get(SITE_ENV)
+    if override:
+        path = Path(override).resolve()
+        if not (path / "html" / "index.html").is_file():
+            pytest.fail(f"{SITE_ENV}={override!r} has no html/index.html; unset it to build the book "
+                        f"or point it at a built _build folder.", pytrace=False)
+        return path
+    return request.getfixturevalue("built_book")
+
+
+def book_root(build: Path) -> Path:
+    """The folder holding ``_config.yml`` and the page sources of ``build``."""
+    return build.parent
+
+
+def site_pages(html: Path) -> list[str]:
+    """Every HTML page of the site, as paths relative to ``html`` (assets and sources excluded)."""
+    pages = []
+    for path in sorted(html.rglob("*.html")):
+        rel = path.relative_to(html)
+        if rel.parts[0] in SKIP_FOLDERS:
+            continue
+        pages.append(rel.as_posix())
+    return pages
+
+
+def redirect_target(path: Path) -> str | None:
+    """The URL of a ``<meta http-equiv="refresh">`` redirect page, else None."""
+    match = re.search(r'http-equiv="refresh"\s+content="\d+;\s*url=([^"]+)"', path.read_text(errors="replace"), re.I)
+    return match.group(1) if match else None
+
+
+def source_of(build: Path, page: str) -> Path | None:
+    """The MyST source of an HTML page (``book/x.html`` -> ``book/x.md``), if there is one."""
+    source = book_root(build) / Path(page).with_suffix(".md")
+    return source if source.is_file() else None
+
+
+def is_notebook(source: Path | None) -> bool:
+    """Whether a MyST source is an executed notebook (jupytext front matter with a kernelspec)."""
+    if source is None:
+        return False
+    head = source.read_text()[:2000]
+    match = re.match(r"---\n(.*?)\n---", head, re.S)
+    return bool(match and "kernelspec" in match.group(1))
+
+
+# --- the browser -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Path of the system Chromium; a clear failure (not a skip) when it is missing."""
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.fail("Headless Chromium is missing, so the rendered site cannot be tested. Install "
+                    "Debian's browser with `make browser` (as root it runs `apt-get install "
+                    "--no-install-recommends chromium`), then rerun `make test`.", pytrace=False)
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError as exc:
+        pytest.fail(f"The Python package playwright is missing ({exc}); `make install` installs it "
+                    f"from requirements.lock (no browser download is needed).", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def survey(chromium, build_dir):
+    """Open every page once in headless Chromium; screenshot it; return what each page shows."""
+    from playwright.sync_api import sync_playwright
+
+    html = build_dir / "html"
+    shots = build_dir / "screenshots"
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir(parents=True)
+    start = time.perf_counter()
+    pages: dict[str, dict] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        context = browser.new_context(viewport=VIEWPORT)
+        external: list[str] = []
+
+        def block_network(route):
+            url = route.request.url
+            if url.startswith("file://"):
+                route.continue_()
+            else:
+                external.append(url)
+                route.abort()
+
+        context.route("**/*", block_network)
+        for rel in site_pages(html):
+            path = html / rel
+            target = redirect_target(path)
+            if target is not None:
+                pages[rel] = {"redirect": target, "redirect_ok": (path.parent / target.split("#")[0]).is_file()}
+                continue
+            page = context.new_page()
+            failed: list[str] = []
+            console: list[str] = []
+            script_errors: list[str] = []
+            external.clear()
+            page.on("requestfailed", lambda req, failed=failed: failed.append(f"{req.url} ({req.failure})"))
+            page.on("console", lambda msg, console=console: console.append(msg.text) if msg.type == "error" else None)
+            page.on("pageerror", lambda exc, errors=script_errors: errors.append(str(exc)))
+            t0 = time.perf_counter()
+            page.goto(path.as_uri(), wait_until="load", timeout=60_000)
+            facts = page.evaluate(SURVEY_JS)
+            shot = shots / (rel.replace("/", "__").removesuffix(".html") + ".png")
+            page.screenshot(path=str(shot), full_page=True)
+            facts.update(external=sorted(set(external)),
+                         failed=[f for f in failed if f.startswith("file://")],
+                         console=console, script_errors=script_errors,
+                         screenshot=str(shot.relative_to(build_dir)),
+                         seconds=round(time.perf_counter() - t0, 2))
+            pages[rel] = facts
+            page.close()
+        version = browser.version
+        browser.close()
+    result = {"build": build_dir, "html": html, "pages": pages, "chromium": version,
+              "seconds": time.perf_counter() - start}
+    result["problems"] = find_problems(result)
+    write_report(result)
+    return result
+
+
+# --- the checks --------------------------------------------------------------------------------
+
+def resolve_link(href: str, html: Path):
+    """(path, fragment) of an internal ``file://`` link, or None for external links."""
+    parts = urlsplit(href)
+    if parts.scheme != "file":
+        return None
+    path = Path(unquote(parts.path))
+    if path.is_dir():
+        path = path / "index.html"
+    return path, unquote(parts.fragment)
+
+
+def load_config(build: Path) -> dict:
+    return yaml.safe_load((book_root(build) / "_config.yml").read_text()) or {}
+
+
+def find_problems(survey: dict) -> dict[str, list[str]]:
+    """Every problem of the site, by check; an empty list means the check passes."""
+    build, html, pages = survey["build"], survey["html"], survey["pages"]
+    config = load_config(build)
+    repository = (config.get("repository") or {}).get("url", "")
+    binder = (config.get("launch_buttons") or {}).get("binderhub_url", "")
+    problems: dict[str, list[str]] = {k: [] for k in (
+        "pages", "network", "math", "images", "errors", "glue", "links", "verdicts", "banner",
+        "buttons", "numbering", "bibliography")}
+    ids = {rel: set(f.get("ids", ())) for rel, f in pages.items()}
+    for rel, f in pages.items():
+        if "redirect" in f:
+            if not f["redirect_ok"]:
+                problems["links"].append(f"{rel}: redirects to a missing page {f['redirect']}")
+            continue
+        # network and files
+        for url in f["external"]:
+            problems["network"].append(f"{rel}: requested {url} (the site must work offline)")
+        for item in f["failed"]:
+            problems["network"].append(f"{rel}: a file failed to load: {item}")
+        for message in f["script_errors"]:  # console.error messages are only reported
+            if not any(known.search(message) for known in KNOWN_SCRIPT_ERRORS):
+                problems["network"].append(f"{rel}: uncaught JavaScript error: {message}")
+        # math
+        if f["mathElements"] and not f["mathjaxReady"]:
+            problems["math"].append(f"{rel}: {f['mathElements']} formulas but MathJax did not start "
+                                    f"(script present: {f['mathjaxScript']})")
+        for text in f["mathUntypeset"][:5]:
+            problems["math"].append(f"{rel}: formula not typeset: {text!r}")
+        for text in f["mathErrors"][:5]:
+            problems["math"].append(f"{rel}: MathJax error: {text!r}")
+        for text in f["rawMath"][:5]:
+            problems["math"].append(f"{rel}: raw TeX in the visible text: {text!r}")
+        # images
+        for img in f["images"]:
+            if not img["width"]:
+                problems["images"].append(f"{rel}: image did not load: {img['src']} (alt {img['alt']!r})")
+        for fig in f["figures"]:
+            if not fig["images"]:
+                problems["images"].append(f"{rel}: figure {fig['id'] or fig['caption']!r} has no image")
+        # cell outputs
+        for text in f["errorOutputs"]:
+            problems["errors"].append(f"{rel}: a cell output shows an error: {text[:200]!r}")
+        # glue
+        for text in f["leftoverGlue"]:
+            problems["glue"].append(f"{rel}: glue syntax left in the text (not rendered): {text!r}")
+        for item in f["pasted"]:
+            if item["text"] in ("", "nan", "None", "NaN"):
+                problems["glue"].append(f"{rel}: a glued value rendered as {item['text']!r} ({item['kind']})")
+        source = source_of(build, rel)
+        if source is not None:
+            expected = glue_uses(source.read_text())
+            have = {kind: sum(1 for p in f["pasted"] if p["kind"] == kind) for kind in ("pasted-text", "pasted-math")}
+            for role, kind in (("glue:text", "pasted-text"), ("glue:math", "pasted-math")):
+                if have[kind] < expected[role]:
+                    problems["glue"].append(
+                        f"{rel}: {expected[role]} {{{role}}} uses in {source.name} but only {have[kind]} "
+                        f"rendered values (a missing glue key renders as nothing)")
+            figure_ids = {fig["id"] for fig in f["figures"] if fig["images"]}
+            for name in expected["figure_names"]:
+                if name not in figure_ids:
+                    problems["glue"].append(f"{rel}: glued figure {name!r} is not on the page")
+        # links and anchors
+        for link in f["links"]:
+            target = resolve_link(link["href"], html)
+            if target is None:
+                continue
+            path, fragment = target
+            label = f"{rel}: link {link['raw']!r} ({link['text'][:40]!r})"
+            try:
+                inside = path.resolve().relative_to(html.resolve()).as_posix()
+            except ValueError:
+                problems["links"].append(f"{label} points outside the site: {path}")
+                continue
+            if not path.is_file():
+                problems["links"].append(f"{label}: no such file {inside}")
+            elif fragment and inside in ids and fragment not in ids[inside]:
+                problems["links"].append(f"{label}: no anchor #{fragment} in {inside}")
+        for action in f["forms"]:
+            target = resolve_link(action, html)
+            if target is not None and not target[0].is_file():
+                problems["links"].append(f"{rel}: form posts to a missing page {action}")
+        # provenance banner on every executed page (chapters and setup)
+        if is_notebook(source):
+            if not f["banners"]:
+                problems["banner"].append(f"{rel}: no provenance banner (chapters call start_chapter)")
+            elif not any(f["banners"]):
+                problems["banner"].append(f"{rel}: the provenance banner is hidden")
+        # download, launch and repository buttons
+        hrefs = [link["raw"] or "" for link in f["links"]]
+        if source is not None:
+            if not any(h.split("?")[0].endswith(".md") and "_sources/" in h for h in hrefs):
+                problems["buttons"].append(f"{rel}: no download link for the .md source")
+            if is_notebook(source):
+                if not any(h.split("?")[0].endswith(".ipynb") for h in hrefs):
+                    problems["buttons"].append(f"{rel}: no download link for the executed .ipynb")
+                if binder and not any(h.startswith(binder.rstrip("/")) for h in hrefs):
+                    problems["buttons"].append(f"{rel}: no Binder launch button ({binder})")
+        if repository and not any(h.rstrip("/") == repository.rstrip("/") for h in hrefs):
+            problems["buttons"].append(f"{rel}: no repository link to {repository}")
+        # numbering
+        for fig in f["figures"]:
+            if fig["caption"] and not fig["number"]:
+                problems["numbering"].append(f"{rel}: figure {fig['id'] or fig['caption'][:40]!r} is not numbered")
+        for proof in f["proofs"]:
+            kinds = [k for k in NUMBERED_PROOF_KINDS if k in proof["classes"]]
+            if kinds and not proof["number"]:
+                problems["numbering"].append(f"{rel}: {kinds[0]} {proof['id'] or proof['title']!r} is not numbered")
+    # pages
+    real = [rel for rel, f in pages.items() if "redirect" not in f]
+    if not real:
+        problems["pages"].append("no HTML pages found")
+    for rel in real:
+        if not (build / pages[rel]["screenshot"]).is_file():
+            problems["pages"].append(f"{rel}: no screenshot")
+    # the Verdicts page against the ledger
+    ledger_path = build / "ledger.json"
+    verdict_pages = [rel for rel, f in pages.items() if f.get("ledgerTables")]
+    rows = json.loads(ledger_path.read_text()) if ledger_path.is_file() else None
+    if rows is None:
+        problems["verdicts"].append(f"{ledger_path} is missing")
+    elif len(verdict_pages) != 1 and rows:
+        problems["verdicts"].append(f"{len(verdict_pages)} pages show the claims table (expected one): {verdict_pages}")
+    elif rows:
+        shown = pages[verdict_pages[0]]["ledgerRows"]
+        if len(shown) != len(rows):
+            problems["verdicts"].append(f"{verdict_pages[0]} shows {len(shown)} rows, ledger.json has {len(rows)}")
+        for row, cells in zip(rows, shown):
+            want = [row["id"], norm(row["claim"]), norm(row["paper"]), norm(row["measured"]), row["verdict"]]
+            if cells[1:] != want:
+                problems["verdicts"].append(f"row {row['chapter']}:{row['id']} shows {cells[1:]}, ledger has {want}")
+    # one bibliography page
+    bib_pages = [rel for rel, f in pages.items() if f.get("citations")]
+    if len(bib_pages) != 1:
+        problems["bibliography"].append(f"bibliography entries appear on {len(bib_pages)} pages "
+                                        f"(expected exactly one): {bib_pages}")
+    return problems
+
+
+def norm(text: str) -> str:
+    return re.sub(r"\s+", " ", str(text)).strip()
+
+
+def glue_uses(text: str) -> dict:
+    """Glue roles and directives a MyST page uses (code cells and literal code excluded).
+
+    Returns counts for ``glue:text`` and ``glue:math`` and the ``:name:`` of each ``glue:figure``.
+    Directive bodies (admonitions, theorems, ...) are parsed too, since roles work inside them.
+    """
+    from myst_parser.config.main import MdParserConfig
+    from myst_parser.parsers.mdit import create_md_parser
+    from markdown_it.renderer import RendererHTML
+
+    parser = create_md_parser(MdParserConfig(enable_extensions={"colon_fence", "dollarmath", "amsmath"}),
+                              RendererHTML)
+    found = {"glue:text": 0, "glue:math": 0, "figure_names": []}
+    code = re.compile(r"\{(code-cell|code|code-block|sourcecode|literalinclude|math|raw)\}")
+
+    def walk(source: str):
+        for token in parser.parse(source):
+            if token.type in ("fence", "colon_fence"):
+                info = token.info.strip()
+                name = re.match(r"\{([\w:.-]+)\}", info)
+                if name is None or code.match(info):
+                    continue
+                if name.group(1) == "glue:figure":
+                    label = re.search(r"^:name:\s*(\S+)", token.content, re.M)
+                    found["figure_names"].append(label.group(1) if label else "")
+                    continue
+                if name.group(1) == "glue:math":
+                    found["glue:math"] += 1
+                    continue
+                walk(re.sub(r"^:[\w-]+:.*$", "", token.content, flags=re.M))
+            for child in token.children or ():
+                if child.type == "myst_role" and child.meta.get("name") in ("glue:text", "glue:math"):
+                    found[child.meta["name"]] += 1
+
+    body = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)
+    walk(body)
+    found["figure_names"] = [n for n in found["figure_names"] if n]
+    return found
+
+
+def write_report(survey: dict) -> None:
+    """``_build/screenshots/report.json`` (everything) and ``report.md`` (one line per page)."""
+    build = survey["build"]
+    shots = build / "screenshots"
+    pages = {rel: {k: v for k, v in f.items() if k not in ("ids", "links")} | (
+        {"links": len(f["links"])} if "links" in f else {}) for rel, f in survey["pages"].items()}
+    report = {"chromium": survey["chromium"], "seconds": round(survey["seconds"], 1),
+              "html": str(survey["html"]), "pages": pages, "problems": survey["problems"]}
+    (shots / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    lines = [f"# Site check: {len(pages)} pages, Chromium {survey['chromium']}, "
+             f"{survey['seconds']:.0f} s", "",
+             "| page | title | formulas (typeset) | images (loaded) | glued values | links | banner | screenshot |",
+             "|---|---|---|---|---|---|---|---|"]
+    for rel, f in pages.items():
+        if "redirect" in f:
+            lines.append(f"| {rel} | redirect to {f['redirect']} | | | | | | |")
+            continue
+        loaded = sum(1 for i in f["images"] if i["width"])
+        lines.append(f"| {rel} | {f['title']} | {f['mathElements']} ({f['mjxContainers']}) | "
+                     f"{len(f['images'])} ({loaded}) | {len(f['pasted'])} | {f['links']} | "
+                     f"{len(f['banners']) or ''} | {Path(f['screenshot']).name} |")
+    lines += ["", "## Problems", ""]
+    bad = {k: v for k, v in survey["problems"].items() if v}
+    lines += [f"- **{k}**: " + "; ".join(v) for k, v in bad.items()] or ["None."]
+    (shots / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def assert_clean(survey: dict, check: str, what: str) -> None:
+    problems = survey["problems"][check]
+    if problems:
+        shown = "\n  ".join(problems[:40])
+        more = f"\n  ... and {len(problems) - 40} more" if len(problems) > 40 else ""
+        pytest.fail(f"{what}: {len(problems)} problem(s) (report: "
+                    f"{survey['build'] / 'screenshots' / 'report.md'}):\n  {shown}{more}", pytrace=False)
+
+
+# --- the tests ---------------------------------------------------------------------------------
+
+def test_every_page_is_opened_and_screenshot(survey):
+    html = survey["html"]
+    assert set(survey["pages"]) == set(site_pages(html))
+    assert_clean(survey, "pages", "every page has a full-page screenshot")
+    shots = survey["build"] / "screenshots"
+    assert (shots / "report.json").is_file() and (shots / "report.md").is_file()
+    pages = [f for f in survey["pages"].values() if "redirect" not in f]
+    assert all(f["title"] for f in pages), "every page has a title"
+
+
+def test_site_works_offline_with_no_missing_files_or_script_errors(survey):
+    assert_clean(survey, "network", "the site loads only its own files, all present, without script errors")
+
+
+def test_math_is_typeset_offline(survey):
+    assert_clean(survey, "math", "every formula is typeset by the site's own MathJax")
+    typeset = sum(f.get("mjxContainers", 0) for f in survey["pages"].values())
+    assert typeset > 0, "no typeset formula anywhere: the book has math (notation page), so MathJax did not run"
+
+
+def test_every_image_loads(survey):
+    assert_clean(survey, "images", "every image loads")
+
+
+def test_no_cell_output_shows_an_error(survey):
+    assert_clean(survey, "errors", "no cell output shows a traceback or an error")
+    reports = sorted((survey["html"] / "reports").glob("*.log")) if (survey["html"] / "reports").is_dir() else []
+    assert not reports, f"execution error logs were written: {[p.name for p in reports]}"
+
+
+def test_every_glued_value_is_rendered(survey):
+    assert_clean(survey, "glue", "every glued value is rendered")
+
+
+def test_internal_links_and_cross_references_resolve(survey):
+    assert_clean(survey, "links", "every internal link and cross-reference resolves")
+    checked = sum(len(f.get("links", ())) for f in survey["pages"].values())
+    assert checked > 0
+
+
+def test_verdicts_page_lists_one_row_per_ledger_claim(survey):
+    assert_clean(survey, "verdicts", "the Verdicts page matches _build/ledger.json")
+
+
+def test_every_executed_page_shows_the_provenance_banner(survey):
+    assert_clean(survey, "banner", "every chapter shows its provenance banner")
+    executed = [rel for rel in survey["pages"] if is_notebook(source_of(survey["build"], rel))]
+    assert executed, "no executed page found (setup and the chapters are notebooks)"
+
+
+def test_download_launch_and_repository_buttons(survey):
+    assert_clean(survey, "buttons", "download (.md, .ipynb), launch and repository buttons")
+
+
+def test_figures_and_theorems_are_numbered(survey):
+    assert_clean(survey, "numbering", "figures and theorems carry numbers")
+
+
+def test_one_bibliography_page(survey):
+    assert_clean(survey, "bibliography", "one bibliography page")
+
+
+def test_search_works_offline(survey, chromium):
+    """The search box's index is local JavaScript: a query from file:// lists pages, with no network."""
+    from playwright.sync_api import sync_playwright
+
+    html = survey["html"]
+    assert any(f.get("searchBox") for f in survey["pages"].values()), "no page has a search box"
+    search = html / "search.html"
+    assert search.is_file(), "search.html was not built"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport=VIEWPORT)
+        external: list[str] = []
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://")
+                   else (external.append(route.request.url), route.abort()))
+        page.goto(search.as_uri() + f"?q={SEARCH_WORD}", wait_until="load")
+        try:
+            page.wait_for_selector("#search-results ul.search li", timeout=30_000)
+        except Exception as exc:  # playwright's TimeoutError
+            text = page.inner_text("#search-results") if page.query_selector("#search-results") else ""
+            browser.close()
+            pytest.fail(f"searching for {SEARCH_WORD!r} from file:// listed no page ({exc.__class__.__name__}); "
+                        f"results area: {text[:300]!r}", pytrace=False)
+        hits = page.eval_on_selector_all("#search-results ul.search li a", "els => els.map(a => a.href)")
+        page.screenshot(path=str(survey["build"] / "screenshots" / "search-results.png"), full_page=True)
+        browser.close()
+    assert hits, "search listed no links"
+    assert not external, f"search made network requests: {external}"
+    for href in hits:
+        path, _ = resolve_link(href, html)
+        assert path.is_file(), f"a search hit points to a missing page: {href}"
