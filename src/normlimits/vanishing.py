@@ -1,0 +1,452 @@
+"""Vanishing attention: the bounds of Lemma 1 / Corollary 1 and the measurements that test them.
+
+Units and conventions used throughout:
+
+* Logits are in the units the model uses: GPT-2 computes ``l_j = scale * q . k_j`` with
+  ``scale = 1/sqrt(d_head)``, and weights ``softmax(l / T)``; T = 1 is the model's operating point.
+* ``delta`` (the paper's Delta) bounds every visible logit of a row: for a query row ``t`` it is
+  ``scale * ||q_t|| * max_{j <= t} ||k_j||`` (Cauchy-Schwarz), using only the keys the row sees.
+* All bounds are returned as natural logarithms, so that ``exp(2 Delta / T)`` never overflows, and
+  weights are compared as ``log_softmax`` values, so that tiny weights never underflow to 0.
+* A *length sweep* reads, from one forward pass over a window of ``K`` tokens, the query row
+  ``L - 1`` for every ``L`` of a grid: by causality it sees exactly the keys ``0 .. L-1`` and equals
+  the last row of a window of length ``L`` (same tokens, same positions).
+
+Bounds (``L`` visible keys, ``|l_j| <= Delta``, temperature ``T > 0``):
+
+* paper (Corollary 1): ``exp(-2 Delta/T) / L <= alpha_i <= exp(2 Delta/T) / L``;
+* sharpened (exact extremes over the box, attained at the corner logit vectors):
+  ``1 / (1 + (L-1) exp(2 Delta/T)) <= alpha_i <= exp(2 Delta/T) / (exp(2 Delta/T) + L - 1)``;
+* general F (Lemma 1) with ``r = F_max / F_min``: ``1/(1 + (L-1) r) <= alpha_i <= r/(r + L - 1)``.
+
+See :mod:`normlimits.theory.vanishing` for the sympy derivations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+from normlimits.normalizers import check_temperature
+
+DTYPE = torch.float64
+
+
+# --------------------------------------------------------------------------------------- bounds
+def _as_tensor(x, dtype=DTYPE) -> Tensor:
+    return torch.as_tensor(x, dtype=dtype)
+
+
+def _log_other_keys(length) -> Tensor:
+    """``log(L - 1)`` (``-inf`` when L = 1), after checking ``L >= 1``."""
+    length = _as_tensor(length)
+    if bool((length < 1).any()):
+        raise ValueError(f"the number of keys L must be at least 1 (got {length.min().item():g}); "
+                         "a query row sees at least its own key.")
+    return torch.log(length - 1)
+
+
+def general_log_bounds(log_ratio, length) -> tuple[Tensor, Tensor]:
+    """Exact extremes of ``alpha_i = F(l_i)/sum_j F(l_j)`` when ``F_max/F_min = r`` on the logit box.
+
+    ``log_ratio``: ``log r >= 0`` (any shape), ``length``: L >= 1 (broadcastable).
+    Returns ``(log_min, log_max)`` with ``min = 1/(1 + (L-1) r)`` and ``max = r/(r + L - 1)``.
+    """
+    log_ratio = _as_tensor(log_ratio)
+    if bool((log_ratio < 0).any()):
+        raise ValueError("log(F_max/F_min) must be >= 0 (F_max >= F_min).")
+    log_m = _log_other_keys(length)
+    log_max = log_ratio - torch.logaddexp(log_ratio, log_m)
+    log_min = -torch.logaddexp(torch.zeros_like(log_max), log_m + log_ratio)
+    return log_min, log_max
+
+
+def lemma1_log_constants(log_ratio) -> tuple[Tensor, Tensor]:
+    """The paper's Lemma 1 constants ``(log C1, log C2) = (-log r, log r)``."""
+    log_ratio = _as_tensor(log_ratio)
+    return -log_ratio, log_ratio
+
+
+def _log_ratio(delta, temperature: float) -> Tensor:
+    t = check_temperature(temperature)
+    delta = _as_tensor(delta)
+    if bool((delta < 0).any()):
+        raise ValueError("Delta (a bound on |logit|) must be >= 0.")
+    return 2.0 * delta / t
+
+
+def paper_log_bounds(delta, length, temperature: float = 1.0) -> tuple[Tensor, Tensor]:
+    """Corollary 1 as published: ``(log lower, log upper) = (-2D/T - log L, 2D/T - log L)``.
+
+    ``delta`` in logit units (any shape), ``length`` = L (broadcastable), ``temperature`` > 0.
+    """
+    log_r = _log_ratio(delta, temperature)
+    _log_other_keys(length)
+    log_l = torch.log(_as_tensor(length))
+    return -log_r - log_l, log_r - log_l
+
+
+def sharpened_log_bounds(delta, length, temperature: float = 1.0) -> tuple[Tensor, Tensor]:
+    """Exact extremes of softmax weights over all logit vectors with ``|l_j| <= Delta``.
+
+    Returns ``(log_min, log_max)``: ``max = e^{2D/T}/(e^{2D/T} + L - 1)``,
+    ``min = e^{-2D/T}/(e^{-2D/T} + L - 1)``.
+    """
+    return general_log_bounds(_log_ratio(delta, temperature), length)
+
+
+def entropy_floor(delta, length, temperature: float = 1.0) -> Tensor:
+    """Lower bound (nats) on a row's entropy: ``-log(sharpened max) = log(1 + (L-1) e^{-2D/T})``."""
+    return -sharpened_log_bounds(delta, length, temperature)[1]
+
+
+def corner_logits(delta: float, length: int, kind: str = "max") -> Tensor:
+    """The logit vector that attains the sharpened bound for ``alpha_0``.
+
+    ``kind='max'``: ``l_0 = +Delta``, the other ``L-1`` at ``-Delta``; ``kind='min'``: the reverse.
+    Returns a float64 tensor [L].
+    """
+    if kind not in ("max", "min"):
+        raise ValueError(f"kind must be 'max' or 'min' (got {kind!r}).")
+    if int(length) < 1:
+        raise ValueError(f"the number of keys L must be at least 1 (got {length}).")
+    sign = 1.0 if kind == "max" else -1.0
+    logits = torch.full((int(length),), -sign * float(delta), dtype=DTYPE)
+    logits[0] = sign * float(delta)
+    return logits
+
+
+# ------------------------------------------------------------------------------ row extraction
+def check_lengths(lengths: Sequence[int] | Tensor, available: int) -> Tensor:
+    """Validate a grid of key counts against the window length; returns a LongTensor [G]."""
+    grid = torch.as_tensor(lengths, dtype=torch.long).reshape(-1)
+    if grid.numel() == 0:
+        raise ValueError("the grid of lengths L is empty; pass e.g. [32, 64, ..., 1024].")
+    if bool((grid < 1).any()) or bool((grid > available).any()):
+        raise ValueError(f"every L must lie in 1..{available} (the window length); got "
+                         f"{grid.tolist()}. Use longer windows or a smaller grid.")
+    return grid
+
+
+def _scale(scale, leading: int, trailing: int) -> Tensor:
+    """The logit scale as float64, shaped to broadcast over ``leading`` dims then ``trailing`` ones.
+
+    ``scale`` is a number or a tensor whose shape is a prefix of the leading dims (e.g. the
+    per-layer scales [layers] of a capture whose leading dims are [layers, heads]).
+    """
+    scale = torch.as_tensor(scale, dtype=DTYPE)
+    if scale.dim() > leading:
+        raise ValueError(f"scale has shape {tuple(scale.shape)}, more dims than the queries' "
+                         f"leading dims ({leading}).")
+    return scale.reshape(tuple(scale.shape) + (1,) * (leading - scale.dim() + trailing))
+
+
+def row_logits(queries: Tensor, keys: Tensor, scale, lengths) -> Tensor:
+    """Logits of query rows ``L - 1`` for each L in ``lengths``, causally masked.
+
+    ``queries``, ``keys``: [..., K, d] (per head, as the model computes them); ``scale``: the
+    model's logit scale (GPT-2: 1/sqrt(d_head)), a number or a tensor over a prefix of the
+    leading dims (a capture's per-layer [layers]). Returns float64 [..., G, Kmax] where
+    ``Kmax = max(lengths)``; entry ``[g, j]`` is ``scale * q_{L_g - 1} . k_j`` for ``j < L_g``
+    and ``-inf`` otherwise.
+    """
+    grid = check_lengths(lengths, queries.shape[-2])
+    kmax = int(grid.max())
+    q = queries[..., grid - 1, :].to(DTYPE)                        # [..., G, d]
+    k = keys[..., :kmax, :].to(DTYPE)                              # [..., Kmax, d]
+    logits = _scale(scale, q.dim() - 2, 2) * (q @ k.transpose(-1, -2))   # [..., G, Kmax]
+    visible = torch.arange(kmax)[None, :] < grid[:, None]          # [G, Kmax]
+    return logits.masked_fill(~visible, float("-inf"))
+
+
+def row_deltas(queries: Tensor, keys: Tensor, scale, lengths) -> tuple[Tensor, Tensor]:
+    """Per-row Delta and per-key Delta_j for query rows ``L - 1``.
+
+    Returns ``(delta [..., G], key_delta [..., G, Kmax])`` in logit units:
+    ``delta = scale * ||q|| * max_{j < L} ||k_j||`` (the bound Corollary 1 needs) and
+    ``key_delta[g, j] = scale * ||q|| * ||k_j||`` (the paper's literal ``||q|| ||k||`` read per key;
+    0 for masked keys).
+    """
+    grid = check_lengths(lengths, queries.shape[-2])
+    kmax = int(grid.max())
+    q_norm = queries[..., grid - 1, :].to(DTYPE).norm(dim=-1)     # [..., G]
+    k_norm = keys[..., :kmax, :].to(DTYPE).norm(dim=-1)            # [..., Kmax]
+    visible = torch.arange(kmax)[None, :] < grid[:, None]          # [G, Kmax]
+    k_vis = k_norm.unsqueeze(-2) * visible                         # [..., G, Kmax]
+    key_delta = _scale(scale, q_norm.dim() - 1, 2) * q_norm.unsqueeze(-1) * k_vis
+    return key_delta.amax(dim=-1), key_delta
+
+
+# --------------------------------------------------------------------------------- statistics
+@dataclass(frozen=True)
+class RowStatistics:
+    """Statistics of softmax rows with ``L`` visible keys, for each ``L`` of a grid.
+
+    Leading dimensions ``...`` are whatever the inputs had, e.g. [layers, heads] for one window
+    or [windows, layers, heads] after :func:`stack_statistics`; the last dimension is the grid, G.
+
+    Fields:
+    ``lengths`` [G] (L); ``temperature``; ``delta`` [..., G] (logit units);
+    ``logit_range`` [..., G]: max - min visible logit (the smallest ``2 Delta`` any box bound
+    could use); ``max_weight``, ``min_weight`` [..., G]; ``entropy`` [..., G] (nats);
+    ``first_key_weight`` [..., G]: weight on key 0; ``argmax_key`` [..., G] (long);
+    ``paper_outside``, ``sharp_outside``, ``literal_outside`` [..., G]: keys whose weight lies
+    outside the paper's bounds (max-key Delta), the sharpened bounds, and the paper's bounds read
+    literally with Delta_j = ||q|| ||k_j|| for key j (counts; the row has L keys);
+    ``paper_upper_slack`` = log(upper) - log(max weight), ``paper_lower_slack`` =
+    log(min weight) - log(lower), and the same for ``sharp_*`` (nats; >= 0 when the bound holds);
+    ``entropy_slack`` = entropy - entropy_floor (nats, >= 0 when the floor holds);
+    ``tolerance`` [..., G]: the round-off allowance (nats) used for every comparison.
+    """
+
+    lengths: Tensor
+    temperature: float
+    delta: Tensor
+    logit_range: Tensor
+    max_weight: Tensor
+    min_weight: Tensor
+    entropy: Tensor
+    first_key_weight: Tensor
+    argmax_key: Tensor
+    paper_outside: Tensor
+    sharp_outside: Tensor
+    literal_outside: Tensor
+    paper_upper_slack: Tensor
+    paper_lower_slack: Tensor
+    sharp_upper_slack: Tensor
+    sharp_lower_slack: Tensor
+    entropy_slack: Tensor
+    tolerance: Tensor
+
+    @property
+    def keys(self) -> Tensor:
+        """Number of keys per row, broadcast to ``delta``'s shape [..., G]."""
+        return self.lengths.to(DTYPE).expand_as(self.delta)
+
+    def fraction_inside(self, kind: str) -> float:
+        """Fraction of all (row, key) weights inside a bound: kind in 'paper', 'sharp', 'literal'."""
+        outside = {"paper": self.paper_outside, "sharp": self.sharp_outside,
+                   "literal": self.literal_outside}[kind]
+        return float(1.0 - outside.to(DTYPE).sum() / self.keys.sum())
+
+    def violations(self, kind: str) -> int:
+        """Number of weights outside a proven bound ('paper' or 'sharp'), or rows below the
+        entropy floor ('entropy')."""
+        if kind == "entropy":
+            return int((self.entropy_slack < -self.tolerance).sum())
+        return int({"paper": self.paper_outside, "sharp": self.sharp_outside}[kind].sum())
+
+
+def default_tolerance(delta: Tensor, temperature: float) -> Tensor:
+    """Round-off allowance (nats) when comparing float64 log-weights with log-bounds."""
+    return 1e-9 * (1.0 + 2.0 * delta / temperature)
+
+
+def row_statistics(logits: Tensor, delta: Tensor, lengths, temperature: float = 1.0,
+                   key_delta: Tensor | None = None, tolerance: Tensor | None = None
+                   ) -> RowStatistics:
+    """Measure softmax rows against the paper's and the sharpened bounds.
+
+    ``logits`` [..., G, K]: row g has its ``L_g`` visible logits first and ``-inf`` after them
+    (``K >= max L``); ``delta`` [..., G]: a bound on the row's |visible logits| (logit units);
+    ``lengths`` [G]; ``key_delta`` [..., G, K] optional per-key Delta_j for the literal reading
+    (defaults to ``delta``); ``tolerance`` [..., G] in nats (default :func:`default_tolerance`).
+    """
+    t = check_temperature(temperature)
+    grid = check_lengths(lengths, logits.shape[-1])
+    logits = logits.to(DTYPE)
+    delta = delta.to(DTYPE)
+    visible = torch.arange(logits.shape[-1])[None, :] < grid[:, None]            # [G, K]
+    if bool((torch.isfinite(logits) != visible).any()):
+        raise ValueError("logits must be finite exactly on the first L_g keys of row g "
+                         "and -inf after them (a causally masked row).")
+    tol = default_tolerance(delta, t) if tolerance is None else tolerance.to(DTYPE)
+    log_w = torch.log_softmax(logits / t, dim=-1)                                 # [..., G, K]
+    weights = log_w.exp()
+    lw_vis = log_w.masked_fill(~visible, float("inf"))
+    log_max = log_w.amax(dim=-1)
+    log_min = lw_vis.amin(dim=-1)
+    entropy = -(weights * log_w.masked_fill(~visible, 0.0)).sum(dim=-1)
+    l_max = logits.amax(dim=-1)
+    l_min = logits.masked_fill(~visible, float("inf")).amin(dim=-1)
+
+    p_lo, p_hi = paper_log_bounds(delta, grid, t)
+    s_lo, s_hi = sharpened_log_bounds(delta, grid, t)
+
+    def outside(lo: Tensor, hi: Tensor) -> Tensor:
+        bad = (log_w > hi.unsqueeze(-1) + tol.unsqueeze(-1)) | \
+              (log_w < lo.unsqueeze(-1) - tol.unsqueeze(-1))
+        return (bad & visible).sum(dim=-1)
+
+    kd = delta.unsqueeze(-1).expand_as(logits) if key_delta is None else key_delta.to(DTYPE)
+    lit_lo, lit_hi = paper_log_bounds(kd, grid.unsqueeze(-1), t)
+    lit_bad = ((log_w > lit_hi + tol.unsqueeze(-1)) | (log_w < lit_lo - tol.unsqueeze(-1)))
+    return RowStatistics(
+        lengths=grid,
+        temperature=t,
+        delta=delta,
+        logit_range=l_max - l_min,
+        max_weight=log_max.exp(),
+        min_weight=log_min.exp(),
+        entropy=entropy,
+        first_key_weight=weights[..., 0],
+        argmax_key=log_w.argmax(dim=-1),
+        paper_outside=outside(p_lo, p_hi),
+        sharp_outside=outside(s_lo, s_hi),
+        literal_outside=(lit_bad & visible).sum(dim=-1),
+        paper_upper_slack=p_hi - log_max,
+        paper_lower_slack=log_min - p_lo,
+        sharp_upper_slack=s_hi - log_max,
+        sharp_lower_slack=log_min - s_lo,
+        entropy_slack=entropy - entropy_floor(delta, grid, t),
+        tolerance=tol.expand_as(delta),
+    )
+
+
+def sweep_queries_keys(queries: Tensor, keys: Tensor, scale, lengths,
+                       temperature: float = 1.0) -> RowStatistics:
+    """Length sweep from one window's queries and keys [..., K, d]: rows ``L - 1``, keys ``< L``."""
+    logits = row_logits(queries, keys, scale, lengths)
+    delta, key_delta = row_deltas(queries, keys, scale, lengths)
+    return row_statistics(logits, delta, lengths, temperature, key_delta=key_delta)
+
+
+def sweep_capture(capture, lengths, temperature: float = 1.0) -> RowStatistics:
+    """Length sweep of one :class:`normlimits.capture.WindowCapture`; leading dims [layers, heads]."""
+    return sweep_queries_keys(capture.queries, capture.keys, capture.scale, lengths, temperature)
+
+
+def stack_statistics(parts: Iterable[RowStatistics]) -> RowStatistics:
+    """Stack per-window statistics along a new leading (window) dimension."""
+    parts = list(parts)
+    if not parts:
+        raise ValueError("no statistics to stack (zero windows).")
+    first = parts[0]
+    values = {}
+    for f in fields(RowStatistics):
+        if f.name in ("lengths", "temperature"):
+            values[f.name] = getattr(first, f.name)
+        else:
+            values[f.name] = torch.stack([getattr(p, f.name) for p in parts])
+    return replace(first, **values)
+
+
+def sweep_windows(loaded, windows: Tensor, lengths, temperature: float = 1.0) -> RowStatistics:
+    """Length sweep over corpus windows [W, K]: one forward pass per window, streamed.
+
+    Returns statistics with leading dims [W, layers, heads].
+    """
+    from normlimits.capture import iter_captures
+
+    return stack_statistics(sweep_capture(c, lengths, temperature)
+                            for c in iter_captures(loaded, windows))
+
+
+def doubling_grid(smallest: int = 32, largest: int = 1024) -> list[int]:
+    """Powers of two from ``smallest`` to ``largest`` (the paper's 32..1024 sweep)."""
+    if smallest < 1 or largest < smallest:
+        raise ValueError(f"need 1 <= smallest <= largest (got {smallest}, {largest}).")
+    grid, n = [], smallest
+    while n <= largest:
+        grid.append(n)
+        n *= 2
+    return grid
+
+
+# --------------------------------------------------------------------------------- scaling fits
+def power_law_fit(lengths, values: Tensor) -> tuple[Tensor, Tensor]:
+    """Least-squares fit of ``log values = intercept + exponent * log L`` along the last dim.
+
+    ``lengths`` [G] (at least two distinct), ``values`` [..., G] positive. Returns
+    ``(exponent [...], intercept [...])``; exponent -1 means ``values ~ 1/L``.
+    """
+    x = torch.log(torch.as_tensor(lengths, dtype=DTYPE))
+    if x.numel() < 2 or float(x.std()) == 0.0:
+        raise ValueError("a power-law fit needs at least two distinct lengths L.")
+    y = torch.log(values.to(DTYPE))
+    xc = x - x.mean()
+    exponent = (y * xc).sum(-1) / (xc * xc).sum()
+    intercept = y.mean(-1) - exponent * x.mean()
+    return exponent, intercept
+
+
+def synthetic_bounded_logits(lengths, bound: float, trials: int, seed: int = 0) -> Tensor:
+    """Logits where Lemma 1's assumptions hold exactly: i.i.d. uniform on ``[-bound, bound]``.
+
+    Returns float64 [trials, G, Kmax]: row g holds ``L_g`` logits (independent of other rows)
+    then ``-inf``. Deterministic for a given seed.
+    """
+    grid = check_lengths(lengths, int(torch.as_tensor(lengths).max()))
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1 (got {trials}).")
+    if bound < 0:
+        raise ValueError(f"the logit bound must be >= 0 (got {bound}).")
+    gen = torch.Generator().manual_seed(seed)
+    kmax = int(grid.max())
+    logits = (2.0 * torch.rand(trials, grid.numel(), kmax, generator=gen, dtype=DTYPE) - 1.0) * bound
+    visible = torch.arange(kmax)[None, :] < grid[:, None]
+    return logits.masked_fill(~visible, float("-inf"))
+
+
+def synthetic_sink_logits(lengths, bound: float, trials: int, seed: int = 0) -> Tensor:
+    """Bounded logits with one dominant key: key 0 at ``+bound``, the rest uniform on ``[-bound, 0]``.
+
+    Lemma 1's assumptions hold exactly (``|l_j| <= bound``), yet key 0 keeps a weight near
+    ``1 / (1 + (L-1) (1 - e^{-bound}) / (bound e^{bound}))``: roughly constant while
+    ``L << bound * e^{bound}``, and ``~ 1/L`` only beyond. Same layout as
+    :func:`synthetic_bounded_logits`: float64 [trials, G, Kmax], ``-inf`` after ``L_g`` keys.
+    """
+    logits = synthetic_bounded_logits(lengths, bound, trials, seed)
+    logits = torch.where(torch.isfinite(logits), (logits - bound) / 2.0, logits)   # [-bound, 0]
+    logits[..., 0] = float(bound)
+    return logits
+
+
+def head_summary(stats: RowStatistics, sink_exponent: float = -0.5):
+    """One row per (layer, head) from window-stacked statistics [W, layers, heads, G].
+
+    Columns: ``layer``, ``head``, ``exponent`` (fit of the windows' geometric-mean max weight
+    against L), ``max_weight_first`` / ``max_weight_last`` (mean max weight at the smallest and
+    largest L), ``entropy_ratio_last`` (mean entropy / log L at the largest L),
+    ``first_key_weight_last`` (mean weight on key 0 at the largest L), ``argmax_first_key``
+    (fraction of rows, over windows and L, whose largest weight is on key 0),
+    ``argmax_distance`` (median over windows and L of how many positions before the query its
+    largest weight sits: 0 = the query's own token, ``L - 1`` = key 0),
+    ``two_delta_over_t_last`` and ``range_over_t_last`` (median over windows of 2 Delta / T and
+    of (max - min logit) / T at the largest L), ``log_keys_last`` (log of the largest L),
+    ``sharp_max_last`` (median sharpened upper bound at the largest L) and ``non_vanishing``
+    (exponent > ``sink_exponent``: the largest weight falls slower than ``L^sink_exponent``).
+    Returns a pandas DataFrame.
+    """
+    import pandas as pd
+
+    if stats.delta.dim() != 4:
+        raise ValueError("head_summary expects statistics stacked over windows: [W, layers, heads, G].")
+    t = stats.temperature
+    exponent, _ = power_law_fit(stats.lengths, stats.max_weight.log().mean(0).exp())
+    last = stats.lengths[-1]
+    sharp_max = sharpened_log_bounds(stats.delta[..., -1], last, t)[1].exp().median(0).values
+    layers, heads = stats.delta.shape[1:3]
+    lay, hd = torch.meshgrid(torch.arange(layers), torch.arange(heads), indexing="ij")
+    table = pd.DataFrame({
+        "layer": lay.reshape(-1).numpy(),
+        "head": hd.reshape(-1).numpy(),
+        "exponent": exponent.reshape(-1).numpy(),
+        "max_weight_first": stats.max_weight[..., 0].mean(0).reshape(-1).numpy(),
+        "max_weight_last": stats.max_weight[..., -1].mean(0).reshape(-1).numpy(),
+        "entropy_ratio_last": (stats.entropy[..., -1] / math.log(int(last))).mean(0).reshape(-1).numpy(),
+        "first_key_weight_last": stats.first_key_weight[..., -1].mean(0).reshape(-1).numpy(),
+        "argmax_first_key": (stats.argmax_key == 0).to(DTYPE).mean((0, -1)).reshape(-1).numpy(),
+        "argmax_distance": (stats.lengths - 1 - stats.argmax_key).movedim(0, -2)
+                           .reshape(layers * heads, -1).to(DTYPE).median(-1).values.numpy(),
+        "two_delta_over_t_last": (2 * stats.delta[..., -1] / t).median(0).values.reshape(-1).numpy(),
+        "range_over_t_last": (stats.logit_range[..., -1] / t).median(0).values.reshape(-1).numpy(),
+        "log_keys_last": math.log(int(last)),
+        "sharp_max_last": sharp_max.reshape(-1).numpy(),
+    })
+    table["non_vanishing"] = table["exponent"] > sink_exponent
+    return table
