@@ -1,0 +1,373 @@
+"""Tests for normlimits.distances against slow, obviously correct loop references."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from scipy.stats import ks_2samp
+
+from normlimits import distances as D
+
+DT = torch.float64      # the loop references are float64; so are the inputs they check
+
+
+# ------------------------------------------------------------------------------------------
+# Loop references (one row, plain Python over tokens and subsets)
+# ------------------------------------------------------------------------------------------
+
+
+def ref_row(alpha: np.ndarray, x: np.ndarray, n: int) -> dict:
+    """Every quantity of one row by direct loops. alpha [L] (visible part), x [L, d]."""
+    L = len(alpha)
+    order = sorted(range(L), key=lambda i: -alpha[i])
+    sel = set(order[:n])
+    y = [alpha[i] * x[i] for i in range(L)]
+    s = sum((y[i] for i in sel), np.zeros(x.shape[1]))
+    total = sum(y, np.zeros(x.shape[1]))
+    true = sum(np.linalg.norm(y[i] - s) for i in range(L) if i not in sel)
+    out_sum = sum((y[i] for i in range(L) if i not in sel), np.zeros(x.shape[1]))
+    norm_of_sum = np.linalg.norm(out_sum - s)
+    abar = sum(alpha[i] for i in sel)
+    # random-subset main sum and Jensen bound
+    main = 0.0
+    jen = 0.0
+    rms = 0.0
+    for i in range(L):
+        others = [j for j in range(L) if j != i]
+        c = n / (L - 1) if L > 1 else 0.0
+        mean_s = c * sum((y[j] for j in others), np.zeros(x.shape[1]))
+        main += (L - n) / L * np.linalg.norm(y[i] - mean_s)
+        var = 0.0
+        if L > 2 and L - 1 - n > 0:
+            ybar = sum((y[j] for j in others), np.zeros(x.shape[1])) / (L - 1)
+            sigma2 = sum(np.sum((y[j] - ybar) ** 2) for j in others) / (L - 1)
+            var = n * (L - 1 - n) / (L - 2) * sigma2
+            jen += (L - n) / L * math.sqrt(var)
+        rms += (L - n) / L * math.sqrt(np.sum((y[i] - mean_s) ** 2) + var)
+    outside = [i for i in range(L) if i not in sel]
+    d1 = max((np.linalg.norm(x[i] - x[j]) for i in outside for j in sel), default=0.0)
+    x_max = max(np.linalg.norm(x[j]) for j in sel)
+    m_out = sum(alpha[i] for i in outside)
+    sq_out = sum(alpha[i] ** 2 for i in outside)
+    lin = m_out * d1 + x_max * (m_out + (L - n) * abar)
+    cau = m_out * d1 + x_max * math.sqrt((L - n) * (sq_out + 2 * abar * m_out
+                                                    + (L - n) * abar ** 2))
+    return dict(true=true, norm_of_sum=norm_of_sum, top_n_mass=abar,
+                context_norm=np.linalg.norm(s),
+                individual_sum=sum(np.linalg.norm(v) for v in y), expected_main=main,
+                expected_rms=rms, jensen_bound=jen, d1=d1, x_max=x_max, bound_linear=lin,
+                bound_cauchy=cau)
+
+
+def exact_expectation(alpha: np.ndarray, x: np.ndarray, n: int) -> float:
+    """E over all C(L, N) subsets, by enumeration."""
+    L = len(alpha)
+    y = alpha[:, None] * x
+    vals = []
+    for sub in itertools.combinations(range(L), n):
+        s = y[list(sub)].sum(0)
+        vals.append(sum(np.linalg.norm(y[i] - s) for i in range(L) if i not in sub))
+    return float(np.mean(vals))
+
+
+def causal_rows(lead, lengths, L, d, seed=0, scale=2.0):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(*lead, len(lengths), L, generator=g, dtype=DT) * scale
+    vis = torch.arange(L)[None, :] < torch.tensor(lengths)[:, None]
+    w = torch.softmax(logits.masked_fill(~vis, float("-inf")), -1)
+    x = torch.randn(*lead, L, d, generator=g, dtype=DT)
+    return w, x
+
+
+# ------------------------------------------------------------------------------------------
+# distance_profile == loops
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk", [D.DEFAULT_CHUNK_ELEMENTS, 50, 300])
+def test_profile_matches_loops(chunk):
+    lead, lengths, L, d = (2, 3), [4, 9, 12, 7], 12, 5
+    w, x = causal_rows(lead, lengths, L, d, seed=1)
+    grid = [1, 2, 4]
+    prof = D.distance_profile(w, x, grid, lengths=lengths, chunk_elements=chunk)
+    assert prof.true.shape == (*lead, len(lengths), len(grid))
+    for a, b in itertools.product(range(lead[0]), range(lead[1])):
+        for r, Lr in enumerate(lengths):
+            alpha = w[a, b, r, :Lr].numpy()
+            xs = x[a, b, :Lr].numpy()
+            for j, n in enumerate(grid):
+                ref = ref_row(alpha, xs, n)
+                for name, value in ref.items():
+                    got = float(getattr(prof, name)[a, b, r, j])
+                    assert got == pytest.approx(value, rel=1e-9, abs=1e-10), (name, Lr, n)
+
+
+def test_partial_sort_path_matches_loops():
+    """4 * max(N) < L uses topk instead of a full sort; both must agree with the loops."""
+    w, x = causal_rows((2,), [30, 40], 40, 3, seed=9)
+    prof = D.distance_profile(w, x, [1, 3, 7], lengths=[30, 40])
+    for r, Lr in enumerate([30, 40]):
+        for j, n in enumerate([1, 3, 7]):
+            ref = ref_row(w[1, r, :Lr].numpy(), x[1, :Lr].numpy(), n)
+            for name, value in ref.items():
+                assert float(getattr(prof, name)[1, r, j]) == pytest.approx(value, rel=1e-9,
+                                                                             abs=1e-10), name
+
+
+def test_unsorted_grid_with_repeats():
+    w, x = causal_rows((2,), [7, 9], 9, 3, seed=7)
+    grid = [4, 1, 3, 1, 7]
+    prof = D.distance_profile(w, x, grid, lengths=[7, 9])
+    for j, n in enumerate(grid):
+        ref = ref_row(w[1, 0, :7].numpy(), x[1, :7].numpy(), n)
+        for name in ("true", "d1", "bound_linear", "expected_main", "jensen_bound"):
+            assert float(getattr(prof, name)[1, 0, j]) == pytest.approx(ref[name], rel=1e-9,
+                                                                         abs=1e-12)
+
+
+def test_broadcast_values_shared_across_rows_and_float32():
+    w, x = causal_rows((3,), [6, 10], 10, 4, seed=2)
+    x_shared = x[0]                                            # [L, d] broadcast over the lead
+    p64 = D.distance_profile(w, x_shared, [1, 3], lengths=[6, 10])
+    p32 = D.distance_profile(w.float(), x_shared.float(), [1, 3], lengths=[6, 10])
+    assert p32.true.dtype == torch.float32
+    torch.testing.assert_close(p32.true.double(), p64.true, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(p32.expected_main.double(), p64.expected_main, rtol=1e-4,
+                               atol=1e-5)
+    ref = ref_row(w[2, 1, :10].numpy(), x_shared.numpy(), 3)
+    assert float(p64.true[2, 1, 1]) == pytest.approx(ref["true"], rel=1e-9)
+
+
+def test_full_selection_collapses():
+    """N = L: the sum-of-norms reading and E are 0; the norm-of-sum reading is ||s|| = ||T||."""
+    w, x = causal_rows((), [5], 5, 3, seed=3)
+    prof = D.distance_profile(w, x, [5], lengths=[5])
+    assert float(prof.true) == 0.0
+    assert float(prof.expected_main) == 0.0
+    assert float(prof.jensen_bound) == 0.0
+    assert float(prof.bound_cauchy) == pytest.approx(0.0, abs=1e-12)
+    assert float(prof.norm_of_sum) == pytest.approx(float((w[0] @ x).norm()), rel=1e-12)
+
+
+def test_underflowed_visible_weight_counts_in_d1():
+    """A visible key with weight exactly 0 is still a non-selected token (its x enters d_1)."""
+    w = torch.tensor([[0.7, 0.3, 0.0, 0.0]], dtype=DT)
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0], [100.0, 100.0]], dtype=DT)
+    prof = D.distance_profile(w, x, [1], lengths=[3])
+    ref = ref_row(w[0, :3].numpy(), x[:3].numpy(), 1)
+    assert float(prof.d1[0, 0]) == pytest.approx(ref["d1"])
+    assert float(prof.true[0, 0]) == pytest.approx(ref["true"])
+
+
+# ------------------------------------------------------------------------------------------
+# errors
+# ------------------------------------------------------------------------------------------
+
+
+def test_errors():
+    w, x = causal_rows((), [4, 6], 6, 3)
+    with pytest.raises(ValueError, match="1..L"):
+        D.distance_profile(w, x, [5], lengths=[4, 6])
+    with pytest.raises(ValueError, match=">= 1"):
+        D.distance_profile(w, x, [0], lengths=[4, 6])
+    with pytest.raises(ValueError, match="exactly 0"):
+        D.distance_profile(w, x, [1], lengths=[3, 6])
+    with pytest.raises(ValueError, match="one visible-key count per row"):
+        D.distance_profile(w, x, [1], lengths=[4])
+    with pytest.raises(ValueError, match="non-negative"):
+        D.distance_profile(-w, x, [1], lengths=[4, 6])
+    with pytest.raises(ValueError, match="same keys"):
+        D.distance_profile(w, x[:5], [1], lengths=[4, 6])
+    with pytest.raises(ValueError, match="integers"):
+        D.distance_profile(w, x, [1.5], lengths=[4, 6])
+    with pytest.raises(ValueError, match="empty"):
+        D.distance_profile(w, x, [], lengths=[4, 6])
+    prof = D.distance_profile(w, x, [1], lengths=[4, 6], expectation=False)
+    with pytest.raises(ValueError, match="expectation=False"):
+        prof.expected_upper
+
+
+# ------------------------------------------------------------------------------------------
+# proven bounds: property tests
+# ------------------------------------------------------------------------------------------
+
+
+@st.composite
+def rows(draw, max_len=7):
+    L = draw(st.integers(2, max_len))
+    d = draw(st.integers(1, 4))
+    n = draw(st.integers(1, L))
+    seed = draw(st.integers(0, 2 ** 31 - 1))
+    scale = draw(st.sampled_from([0.01, 1.0, 5.0, 30.0]))
+    xscale = draw(st.sampled_from([0.1, 1.0, 10.0]))
+    g = torch.Generator().manual_seed(seed)
+    alpha = torch.softmax(torch.randn(L, generator=g, dtype=DT) * scale, -1)
+    x = torch.randn(L, d, generator=g, dtype=DT) * xscale
+    if draw(st.booleans()):                                     # tied / duplicated vectors
+        x[-1] = x[0]
+    return alpha, x, n
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows())
+def test_fixed_set_bounds_hold(case):
+    alpha, x, n = case
+    p = D.distance_profile(alpha[None], x, [n])
+    tol = 1e-9 * (1 + float(p.bound_linear))
+    assert float(p.true) <= float(p.bound_linear) + tol
+    assert float(p.bound_linear) <= float(p.bound_cauchy) + tol     # Cauchy-Schwarz
+
+
+@settings(max_examples=120, deadline=None)
+@given(rows(max_len=7))
+def test_expectation_between_main_and_jensen_bound(case):
+    alpha, x, n = case
+    p = D.distance_profile(alpha[None], x, [n], bounds=False)
+    exact = exact_expectation(alpha.numpy(), x.numpy(), n)
+    tol = 1e-9 * (1 + exact)
+    assert float(p.expected_main) <= exact + tol
+    assert exact <= float(p.expected_rms) + tol
+    assert float(p.expected_rms) <= float(p.expected_upper) + tol
+    L = alpha.numel()
+    assert exact <= (L - n) * (n + 1) / L * float(p.individual_sum) + tol     # expectation cap
+    assert abs(float(p.true) - (L - n) * float(p.context_norm)) <= float(p.individual_sum) + tol
+
+
+def test_enumerated_expectation_matches_loop():
+    w, x = causal_rows((3,), [7], 7, 2, seed=11)
+    got = D.enumerated_expectation(w[:, 0], x, 3)
+    for a in range(3):
+        assert float(got[a]) == pytest.approx(exact_expectation(w[a, 0].numpy(), x[a].numpy(), 3))
+    with pytest.raises(ValueError, match="max_subsets"):
+        D.enumerated_expectation(torch.ones(1, 40, dtype=DT) / 40, torch.ones(40, 2, dtype=DT), 20)
+    with pytest.raises(ValueError, match="1..L"):
+        D.enumerated_expectation(w[:, 0], x, 8)
+
+
+def test_sampled_expectation_matches_enumeration():
+    w, x = causal_rows((2,), [6, 8], 8, 3, seed=5)
+    g = torch.Generator().manual_seed(0)
+    mean, se = D.sampled_expectation(w, x, 3, 4000, lengths=[6, 8], generator=g)
+    for a in range(2):
+        for r, Lr in enumerate([6, 8]):
+            exact = exact_expectation(w[a, r, :Lr].numpy(), x[a, :Lr].numpy(), 3)
+            assert abs(float(mean[a, r]) - exact) < 5 * float(se[a, r]) + 1e-12
+
+
+# ------------------------------------------------------------------------------------------
+# KS critical N and fits
+# ------------------------------------------------------------------------------------------
+
+
+def test_ks_matches_scipy_and_critical_is_first_pass():
+    rng = np.random.default_rng(0)
+    heads, grid = 40, [1, 2, 3, 5, 8]
+    shift = np.array([3.0, 1.5, 0.0, 0.8, 0.0])
+    a = rng.normal(size=(heads, len(grid))) + shift
+    b = rng.normal(size=(heads, len(grid)))
+    res = D.ks_critical_n(a, b, grid, alphas=(0.01, 0.05))
+    for j in range(len(grid)):
+        ref = ks_2samp(a[:, j], b[:, j])
+        assert res.statistic[j] == pytest.approx(ref.statistic)
+        assert res.pvalue[j] == pytest.approx(ref.pvalue)
+    for alpha in (0.01, 0.05):
+        first = next((n for n, p in zip(grid, res.pvalue) if p > alpha), None)
+        assert res.critical[alpha] == first
+    none = D.ks_critical_n(a[:, :1] + 100, b[:, :1], [1])
+    assert none.critical[0.01] is None
+
+
+def test_fit_and_grid():
+    fit = D.fit_critical_n([32, 64, 128, 256], [2, 4, 8, None])
+    assert fit.slope == pytest.approx(1 / 16)
+    assert fit.exponent == pytest.approx(1.0)
+    assert fit.prefactor == pytest.approx(1 / 16)
+    assert fit.points == 3
+    assert D.fit_critical_n([32], [2]) is None
+    grid = D.default_critical_grid(1024)
+    assert grid[:32] == list(range(1, 33)) and grid[-1] == 1024
+    assert grid == sorted(set(grid))
+    assert D.default_critical_grid(10) == list(range(1, 11))
+
+
+# ------------------------------------------------------------------------------------------
+# sweeps over windows with a duck-typed capture
+# ------------------------------------------------------------------------------------------
+
+
+class FakeCapture:
+    """Causal softmax attention from random q, k, v: [layers, heads, L, d]."""
+
+    def __init__(self, layers=2, heads=2, L=24, d=4, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.queries = torch.randn(layers, heads, L, d, generator=g, dtype=DT)
+        self.keys = torch.randn(layers, heads, L, d, generator=g, dtype=DT)
+        self.values = torch.randn(layers, heads, L, d, generator=g, dtype=DT)
+        self.scale = d ** -0.5
+
+    def weights(self, rows=None, temperature=1.0):
+        L = self.values.shape[-2]
+        rows = torch.arange(L) if rows is None else torch.as_tensor(rows)
+        logits = self.scale * self.queries[..., rows, :] @ self.keys.transpose(-1, -2)
+        mask = torch.arange(L)[None, :] > rows[:, None]
+        return torch.softmax(logits.masked_fill(mask, float("-inf")) / temperature, -1)
+
+
+def test_sweep_length_uses_rows_of_one_window():
+    caps = [FakeCapture(seed=s) for s in range(3)]
+    lengths = [8, 16, 24]
+    res = D.sweep_length(caps, lengths, n=2)
+    assert res.true.shape == (2, 2, 3, 1) and res.windows == 3
+    for i, L in enumerate(lengths):
+        acc = 0
+        for cap in caps:
+            w = cap.weights(torch.tensor([L - 1]))[..., :L]
+            acc = acc + D.distance_profile(w, cap.values[..., :L, :], [2]).bound_cauchy[..., 0, 0]
+        torch.testing.assert_close(res.bound_cauchy[..., i, 0], acc / 3)
+    assert 0 < res.worst_true_over_bound <= 1 and 0 < res.worst_linear_over_cauchy <= 1
+    assert math.isnan(D.sweep_length(caps, lengths, n=2, bounds=False).worst_true_over_bound)
+    res_b = D.sweep_top_n(caps, [1, 2, 5])
+    assert res_b.true.shape == (2, 2, 1, 3)
+    torch.testing.assert_close(res_b.true[..., 0, 1], res.true[..., 2, 0])
+    torch.testing.assert_close(res_b.expected_upper,
+                               res_b.expected_main + res_b.jensen_bound)
+    with pytest.raises(ValueError, match="1..24"):
+        D.sweep_length(caps, [30])
+    with pytest.raises(ValueError, match="no windows"):
+        D.sweep_length([], [8])
+
+
+def test_position_average_matches_loop():
+    caps = [FakeCapture(seed=s, L=12) for s in range(2)]
+    res = D.position_average(caps, 10, [2, 3], rows_per_call=3)
+    expected = torch.zeros(2, 2, 2, dtype=DT)
+    for cap in caps:
+        for t in range(2, 10):                                  # rows with t + 1 >= max N
+            w = cap.weights(torch.tensor([t]))[..., :t + 1]
+            expected += D.distance_profile(w, cap.values[..., :t + 1, :], [2, 3]).true[..., 0, :]
+    torch.testing.assert_close(res.true[..., 0, :], expected / (8 * 2))
+
+
+def test_critical_n_search_matches_manual():
+    caps = [FakeCapture(seed=s, L=32, heads=4) for s in range(3)]
+    search = D.critical_n_search(iter(caps), [16, 32], n_grids={16: [1, 2, 4, 8]})
+    assert search.lengths == [16, 32]
+    assert len(search.tests[1].n_grid) == len(D.default_critical_grid(32))
+    t = 0
+    e = 0
+    for cap in caps:
+        w = cap.weights(torch.tensor([15]))[..., :16]
+        p = D.distance_profile(w, cap.values[..., :16, :], [1, 2, 4, 8])
+        t = t + p.true[..., 0, :].reshape(-1, 4)
+        e = e + p.expected_main[..., 0, :].reshape(-1, 4)
+    torch.testing.assert_close(search.true_means[0], t / 3)
+    torch.testing.assert_close(search.expected_means[0], e / 3)
+    ref = D.ks_critical_n(t / 3, e / 3, [1, 2, 4, 8])
+    assert search.critical[0.01][0] == ref.critical[0.01]
+    assert all((u >= e_ - 1e-12).all() for u, e_ in zip(search.rms_means, search.expected_means))
+    assert set(search.critical_rms) == {0.01, 0.05}
