@@ -3,14 +3,61 @@
 Every function takes ``logits`` of any shape and normalises along ``dim``; masked (causal) keys
 are ``-inf`` logits and receive weight exactly 0. ``n`` is the number of visible keys where a
 normaliser depends on it (length-aware ones); ``None`` means "count the finite logits along dim".
+
+Besides the paper's softmax (Eq. 2) and general normaliser (Eq. 3), the module holds the
+alternatives the paper's Section 4 points to, each as ``f(logits, dim=-1, n=None) -> weights``
+(``z`` is one row of logits over its ``n`` visible keys):
+
+============================  ====================================================  ===========
+name (registry key)           weights                                               sums to 1
+============================  ====================================================  ===========
+softmax                       ``exp(z_i) / sum_j exp(z_j)``                         yes
+sparsemax                     ``[z_i - tau(z)]_+`` (Euclidean projection on the      yes, exact 0s
+                              simplex; via the ``entmax`` package)
+entmax15 (1.5-entmax)         ``[z_i / 2 - tau(z)]_+^2`` (via ``entmax``)            yes, exact 0s
+ssmax (Scalable-Softmax)      ``softmax(s log(n) z)``                               yes
+softmax1 (softmax_1)          ``exp(z_i) / (1 + sum_j exp(z_j))``                   no (< 1)
+adaptive (adaptive T)         ``softmax(beta(H) z)``, ``H`` = entropy of             yes
+                              ``softmax(z)``, ``beta = max(poly(H), 1)`` if H > 0.5
+sa-softmax (Self-Adjust)      ``c_i softmax(z)_i``, ``c_i = (z_i - min(z_min, 0)) /   no (<= 1)
+                              (max(z_max, 0) - min(z_min, 0))``
+============================  ====================================================  ===========
+
+:data:`NORMALIZERS` is the registry (ordered; softmax first); :func:`get_normalizer` looks a name
+up. Every function works in the dtype of its input and keeps autograd (reverse and forward mode,
+except sparsemax and 1.5-entmax, whose ``entmax`` autograd Functions are reverse mode only).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
+
+__all__ = [
+    "check_temperature",
+    "softmax_with_temperature",
+    "general_normalizer",
+    "visible_mask",
+    "visible_count",
+    "softmax",
+    "sparsemax",
+    "entmax15",
+    "scalable_softmax",
+    "ssmax_scale",
+    "softmax_one",
+    "adaptive_temperature_softmax",
+    "adaptive_beta",
+    "self_adjusted_softmax",
+    "VELICKOVIC_POLYNOMIAL",
+    "SSMAX_REFERENCE_LENGTH",
+    "Normalizer",
+    "NORMALIZERS",
+    "get_normalizer",
+]
 
 
 def check_temperature(temperature: float) -> float:
@@ -44,3 +91,268 @@ def general_normalizer(logits: Tensor, positive_map: Callable[[Tensor], Tensor],
         raise ValueError("the map F must be positive on every finite logit (Lemma 1's assumption)")
     values = torch.where(finite, values, torch.zeros_like(values))
     return values / values.sum(dim=dim, keepdim=True)
+
+
+# ----------------------------------------------------------------------------- shared helpers
+def visible_mask(logits: Tensor, dim: int = -1) -> Tensor:
+    """Boolean mask of the visible keys (finite logits); raises on NaN, ``+inf`` or empty rows.
+
+    Masked keys must be ``-inf``. Every row along ``dim`` needs at least one visible key.
+    """
+    if bool(torch.isnan(logits).any()) or bool(torch.isposinf(logits).any()):
+        raise ValueError("logits must be finite or -inf (a masked key); got NaN or +inf. "
+                         "Check the logits before normalising.")
+    visible = logits > float("-inf")
+    if not bool(visible.any(dim=dim).all()):
+        raise ValueError(f"every row along dim={dim} needs at least one visible (finite) logit; "
+                         "a fully masked row has no weights to normalise.")
+    return visible
+
+
+def visible_count(logits: Tensor, dim: int = -1, n=None, visible: Tensor | None = None) -> Tensor:
+    """The number of visible keys per row, shaped to broadcast against ``logits`` (dim kept).
+
+    ``n=None`` counts the finite logits along ``dim``; an int or a tensor broadcastable to
+    ``logits`` (size 1 along ``dim``) is used as given and must be >= 1.
+    """
+    if n is None:
+        if visible is None:
+            visible = visible_mask(logits, dim)
+        return visible.sum(dim=dim, keepdim=True).to(logits.dtype)
+    count = torch.as_tensor(n, dtype=logits.dtype, device=logits.device)
+    if bool((count < 1).any()):
+        raise ValueError(f"the number of visible keys n must be >= 1 (got {n!r}); "
+                         "pass n=None to count the finite logits.")
+    return count
+
+
+def _masked(logits: Tensor, visible: Tensor, fill: float = 0.0) -> Tensor:
+    """Logits with masked keys replaced by ``fill`` (keeps autograd finite at masked keys)."""
+    return torch.where(visible, logits, torch.full_like(logits, fill))
+
+
+def _softmax_masked(scaled: Tensor, visible: Tensor, dim: int) -> Tensor:
+    """Softmax of finite ``scaled`` over the visible keys only (exact 0 at masked keys)."""
+    return torch.softmax(torch.where(visible, scaled, torch.full_like(scaled, float("-inf"))), dim=dim)
+
+
+# ----------------------------------------------------------------------------- the normalisers
+def softmax(logits: Tensor, dim: int = -1, n=None) -> Tensor:
+    """Softmax (paper Eq. 2 at T = 1): ``exp(z_i) / sum_j exp(z_j)``. ``n`` is unused."""
+    visible_mask(logits, dim)
+    return torch.softmax(logits, dim=dim)
+
+
+def sparsemax(logits: Tensor, dim: int = -1, n=None) -> Tensor:
+    """Sparsemax (Martins & Astudillo 2016): the Euclidean projection of ``z`` on the simplex.
+
+    ``p_i = [z_i - tau(z)]_+`` with ``tau`` such that the row sums to 1; exact zeros below the
+    threshold. Computed by ``entmax.sparsemax`` (sort-based, exact); masked keys get exactly 0.
+    ``n`` is unused.
+    """
+    from entmax import sparsemax as _sparsemax
+
+    visible = visible_mask(logits, dim)
+    out = _sparsemax(logits, dim=dim)
+    return torch.where(visible, out, torch.zeros_like(out))
+
+
+def entmax15(logits: Tensor, dim: int = -1, n=None) -> Tensor:
+    """1.5-entmax (Peters, Niculae & Martins 2019): ``p_i = [z_i/2 - tau(z)]_+^2``, sums to 1.
+
+    The Tsallis-1.5-regularised argmax; between softmax (alpha = 1) and sparsemax (alpha = 2).
+    Computed by ``entmax.entmax15`` (sort-based, exact); masked keys get exactly 0. ``n`` is unused.
+    """
+    from entmax import entmax15 as _entmax15
+
+    visible = visible_mask(logits, dim)
+    out = _entmax15(logits, dim=dim)
+    return torch.where(visible, out, torch.zeros_like(out))
+
+
+#: SSMax's default ``s = 1 / log(32)``: SSMax then equals softmax at n = 32 visible keys, the
+#: start of the paper's L sweep (a retrofit choice for fixed logits; Nakanishi learns s).
+SSMAX_REFERENCE_LENGTH = 32
+
+
+def ssmax_scale(s: float | None = None, reference_length: int = SSMAX_REFERENCE_LENGTH) -> float:
+    """SSMax's ``s``: as given (must be >= 0), or ``1 / log(reference_length)`` when None."""
+    if s is None:
+        if reference_length < 2:
+            raise ValueError(f"reference_length must be >= 2 (log 1 = 0); got {reference_length}.")
+        return 1.0 / math.log(reference_length)
+    if not s >= 0:
+        raise ValueError(f"SSMax's scale s must be >= 0 (got {s!r}).")
+    return float(s)
+
+
+def scalable_softmax(logits: Tensor, dim: int = -1, n=None, s: float | None = None,
+                     reference_length: int = SSMAX_REFERENCE_LENGTH) -> Tensor:
+    """Scalable-Softmax (Nakanishi 2025): ``n^{s z_i} / sum_j n^{s z_j} = softmax(s log(n) z)``.
+
+    ``n`` = visible keys per row (default: counted); ``s`` the scaling parameter (learned in the
+    original; default ``1 / log(reference_length)``, which makes SSMax coincide with softmax at
+    ``n = reference_length``). The factor multiplies the logits (subtracting ``s log n`` would
+    change nothing). Rows sum to 1.
+    """
+    visible = visible_mask(logits, dim)
+    s = ssmax_scale(s, reference_length)
+    count = visible_count(logits, dim, n, visible)
+    factor = s * torch.log(count)
+    return _softmax_masked(factor * _masked(logits, visible), visible, dim)
+
+
+def softmax_one(logits: Tensor, dim: int = -1, n=None) -> Tensor:
+    """softmax_1 (Miller 2023, "Attention is off by one"): ``exp(z_i) / (1 + sum_j exp(z_j))``.
+
+    Softmax over the keys plus one extra logit fixed at 0, which is then dropped: rows sum to
+    ``S / (1 + S) < 1`` with ``S = sum_j exp(z_j)``, so a head can attend to (almost) nothing.
+    Computed stably (shift by ``max(z_max, 0)``). ``n`` is unused.
+    """
+    visible = visible_mask(logits, dim)
+    z = _masked(logits, visible)
+    shift = torch.where(visible, z, torch.full_like(z, float("-inf"))).amax(dim=dim, keepdim=True)
+    shift = shift.clamp_min(0.0).detach()
+    e = torch.where(visible, torch.exp(z - shift), torch.zeros_like(z))
+    return e / (torch.exp(-shift) + e.sum(dim=dim, keepdim=True))
+
+
+#: Degree-4 polynomial of Velickovic et al. 2024 (coefficients from the highest power down):
+#: ``beta(H) = -0.037 H^4 + 0.481 H^3 - 2.3 H^2 + 4.917 H - 1.791`` (inverse temperature).
+VELICKOVIC_POLYNOMIAL: tuple[float, ...] = (-0.037, 0.481, -2.3, 4.917, -1.791)
+
+
+def _polyval(coefficients: Sequence[float], x: Tensor) -> Tensor:
+    out = torch.zeros_like(x)
+    for c in coefficients:
+        out = out * x + c
+    return out
+
+
+def _entropy_masked(logits_masked: Tensor, visible: Tensor, dim: int) -> tuple[Tensor, Tensor]:
+    """(softmax row, its Shannon entropy in nats with dim kept); finite gradients at masked keys."""
+    log_p = torch.log_softmax(torch.where(visible, logits_masked,
+                                          torch.full_like(logits_masked, float("-inf"))), dim=dim)
+    log_p = torch.where(visible, log_p, torch.zeros_like(log_p))
+    p = torch.where(visible, log_p.exp(), torch.zeros_like(log_p))
+    return p, -(p * log_p).sum(dim=dim, keepdim=True)
+
+
+def adaptive_beta(entropy: Tensor, coefficients: Sequence[float] = VELICKOVIC_POLYNOMIAL,
+                  threshold: float = 0.5) -> Tensor:
+    """The inverse temperature of Velickovic et al. 2024 from a row's softmax entropy (nats).
+
+    ``beta = max(poly(H), 1)`` where ``H > threshold``, else 1 (low-entropy rows are left alone;
+    beta never raises the entropy). Same shape as ``entropy``.
+    """
+    poly = _polyval(coefficients, entropy)
+    return torch.where(entropy > threshold, poly.clamp_min(1.0), torch.ones_like(entropy))
+
+
+def adaptive_temperature_softmax(logits: Tensor, dim: int = -1, n=None,
+                                 coefficients: Sequence[float] = VELICKOVIC_POLYNOMIAL,
+                                 threshold: float = 0.5) -> Tensor:
+    """Adaptive-temperature softmax (Velickovic et al. 2024): ``softmax(beta(H) z)``.
+
+    ``H`` is the entropy of ``softmax(z)`` over the visible keys (exact ``-sum p log p``; the
+    authors' snippet adds 1e-9 inside the log) and ``beta`` is :func:`adaptive_beta`. Gradients
+    flow through ``beta`` (the function as written, no stop-gradient). Rows sum to 1. ``n`` is
+    unused: the length enters only through the entropy.
+    """
+    visible = visible_mask(logits, dim)
+    z = _masked(logits, visible)
+    _, entropy = _entropy_masked(z, visible, dim)
+    beta = adaptive_beta(entropy, coefficients, threshold)
+    return _softmax_masked(beta * z, visible, dim)
+
+
+def self_adjusted_softmax(logits: Tensor, dim: int = -1, n=None, normalized: bool = True) -> Tensor:
+    """Self-Adjust Softmax (Zheng et al. 2025): the softmax row rescaled elementwise by the logits.
+
+    ``normalized=True`` (the variant whose weights stay in [0, 1]):
+    ``c_i softmax(z)_i`` with ``c_i = (z_i - min(z_min, 0)) / (max(z_max, 0) - min(z_min, 0))``,
+    min and max over the visible keys (``c = 0`` for an all-zero row). ``normalized=False``: the
+    plain ``z_i softmax(z)_i`` (weights can be negative). Rows need not sum to 1 (the normalised
+    variant sums to at most 1). ``n`` is unused.
+    """
+    visible = visible_mask(logits, dim)
+    z = _masked(logits, visible)
+    p = _softmax_masked(z, visible, dim)
+    if not normalized:
+        return torch.where(visible, z * p, torch.zeros_like(p))
+    inf = torch.full_like(z, float("inf"))
+    low = torch.where(visible, z, inf).amin(dim=dim, keepdim=True).clamp_max(0.0)
+    high = torch.where(visible, z, -inf).amax(dim=dim, keepdim=True).clamp_min(0.0)
+    span = high - low
+    safe = torch.where(span > 0, span, torch.ones_like(span))
+    scale = torch.where(span > 0, (z - low) / safe, torch.zeros_like(z))
+    return torch.where(visible, scale * p, torch.zeros_like(p))
+
+
+# ----------------------------------------------------------------------------------- registry
+@dataclass(frozen=True)
+class Normalizer:
+    """One normaliser with the facts the book's tables need.
+
+    ``key``: registry name; ``label``: plot/table label; ``function(logits, dim, n)``;
+    ``formula``: LaTeX of one weight; ``cite``: key in ``book/references.bib``;
+    ``sums_to_one``: rows sum to 1 exactly; ``sparse``: can give exact zeros at visible keys;
+    ``length_aware``: depends explicitly on the number of keys n; ``options``: keyword
+    arguments bound into ``function``.
+    """
+
+    key: str
+    label: str
+    function: Callable[..., Tensor]
+    formula: str
+    cite: str
+    sums_to_one: bool
+    sparse: bool
+    length_aware: bool
+    options: dict = field(default_factory=dict)
+
+    def __call__(self, logits: Tensor, dim: int = -1, n=None) -> Tensor:
+        return self.function(logits, dim=dim, n=n, **self.options)
+
+    def at_temperature(self, logits: Tensor, temperature: float = 1.0, dim: int = -1, n=None) -> Tensor:
+        """The normaliser applied to ``logits / T`` (how every yardstick sets a temperature)."""
+        return self(logits / check_temperature(temperature), dim=dim, n=n)
+
+
+NORMALIZERS: dict[str, Normalizer] = {
+    nz.key: nz
+    for nz in (
+        Normalizer("softmax", "softmax", softmax,
+                   r"\frac{e^{z_i}}{\sum_j e^{z_j}}", "vaswani2017attention",
+                   sums_to_one=True, sparse=False, length_aware=False),
+        Normalizer("sparsemax", "sparsemax", sparsemax,
+                   r"[z_i-\tau(z)]_+", "martins2016sparsemax",
+                   sums_to_one=True, sparse=True, length_aware=False),
+        Normalizer("entmax15", "1.5-entmax", entmax15,
+                   r"[z_i/2-\tau(z)]_+^2", "peters2019sparse",
+                   sums_to_one=True, sparse=True, length_aware=False),
+        Normalizer("ssmax", "SSMax", scalable_softmax,
+                   r"\frac{n^{s z_i}}{\sum_j n^{s z_j}},\ s = 1/\log 32", "nakanishi2025scalable",
+                   sums_to_one=True, sparse=False, length_aware=True),
+        Normalizer("softmax1", "softmax_1", softmax_one,
+                   r"\frac{e^{z_i}}{1+\sum_j e^{z_j}}", "miller2023offbyone",
+                   sums_to_one=False, sparse=False, length_aware=False),
+        Normalizer("adaptive", "adaptive T", adaptive_temperature_softmax,
+                   r"\frac{e^{\beta(H) z_i}}{\sum_j e^{\beta(H) z_j}}", "velickovic2024softmax",
+                   sums_to_one=True, sparse=False, length_aware=False),
+        Normalizer("sa-softmax", "SA-softmax", self_adjusted_softmax,
+                   r"\frac{z_i-\min(z_{\min},0)}{\max(z_{\max},0)-\min(z_{\min},0)}"
+                   r"\,\frac{e^{z_i}}{\sum_j e^{z_j}}", "zheng2025selfadjust",
+                   sums_to_one=False, sparse=False, length_aware=False),
+    )
+}
+
+
+def get_normalizer(name: str | Normalizer) -> Normalizer:
+    """The registered normaliser called ``name`` (or ``name`` itself if already a Normalizer)."""
+    if isinstance(name, Normalizer):
+        return name
+    try:
+        return NORMALIZERS[name]
+    except KeyError:
+        raise KeyError(f"unknown normaliser {name!r}; registered: {', '.join(NORMALIZERS)}") from None

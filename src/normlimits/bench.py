@@ -1,0 +1,783 @@
+"""The paper's five experiments at GPT-2 124M's size, timed against its Table 1 (``make bench``).
+
+The paper's Appendix B (Table 1) reports, on a 10-core Apple M1 Pro CPU: distance against L
+24 min, distance against N 37 min, the critical-N search 17 h 4 min, separability 7 min and
+gradient sensitivity 1 min. This module runs the same five workloads with the book's own code
+paths (the functions the chapters call) and times them::
+
+    python -m normlimits.bench                      # gpt2-random, 8 windows of 1024 tokens
+    python -m normlimits.bench --windows 2 --model standin --length 512
+
+What one run does
+-----------------
+One forward pass per corpus window (:func:`normlimits.capture.capture_window`) is shared by every
+workload and every L: each workload is a function that consumes an iterable of window captures
+(``sweep_length``, ``sweep_top_n``, ``critical_n_search``, ``sensitivity_profile``, ...), and the
+:class:`Lockstep` runner feeds every capture to each workload in turn, one window at a time. So
+the forward pass runs once per window, the workloads stream their statistics (memory is flat in
+the window count: at most the current and the previous window's capture are alive), and the
+timings separate cleanly. Every workload consumes the window's query row ``L - 1`` for every L of
+its grid (the causality trick, design section 7) or a fixed set of query rows; nothing is
+recomputed per L or per N. The paper's Algorithms 1-5 average over every query position ``t``
+of every L instead; see :data:`WORKLOADS` for what each row here measures.
+
+How the time is attributed
+--------------------------
+- ``forward_seconds`` (per workload): the whole time of the shared forward passes. Every workload
+  consumes every pass, and run alone it would need all of them, so each row is charged in full
+  ("standalone" attribution); ``seconds = forward_seconds + metric_seconds`` is what the workload
+  would cost on its own, and ``speedup = paper_seconds / seconds`` is conservative.
+- ``shared_seconds`` (per workload): ``metric_seconds`` plus an equal share of the forward time
+  (forward / number of workloads); these add up to the total row.
+- The ``total`` row charges the forward passes once: ``forward_seconds`` is their sum,
+  ``metric_seconds`` the sum over workloads, ``seconds`` the wall time of the whole loop (forward,
+  metrics and hand-overs; the model load is reported apart as ``setup_seconds``).
+- ``metric_over_forward`` is ``metric_seconds / forward_seconds`` (the target is at most 1).
+- ``peak_rss_bytes``: the peak resident set size while the workload ran (Linux: the kernel's
+  high-water mark, reset before each slice through ``/proc/self/clear_refs``; elsewhere the
+  process's lifetime peak from ``resource``). The total row holds the whole process's peak
+  (model load included) and ``run_peak_rss_bytes``, the largest peak of the loop's own slices
+  (what a run costs on top of whatever the process held before, e.g. in a notebook kernel).
+
+Output: the table printed beside the paper's Table 1, and ``_build/bench.json`` (written
+atomically), a list of rows with ``workload``, ``seconds``, ``forward_seconds``,
+``metric_seconds``, ``shared_seconds``, ``metric_over_forward``, ``peak_rss_bytes``,
+``paper_seconds``, ``speedup`` and the run's settings, plus one row with ``workload = 'total'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import os
+import platform
+import resource
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "PAPER_TABLE1",
+    "BenchConfig",
+    "Workload",
+    "WORKLOADS",
+    "Lockstep",
+    "PeakMemory",
+    "BenchResult",
+    "run_bench",
+    "bench_rows",
+    "format_table",
+    "write_rows",
+    "read_rows",
+    "default_output",
+    "scaling_fit",
+    "main",
+]
+
+DEFAULT_MODEL = "gpt2-random"
+DEFAULT_WINDOWS = 8
+DEFAULT_LENGTH = 1024
+
+#: The paper's Table 1 (Appendix B): workload -> (the paper's label, seconds, parallelised).
+PAPER_TABLE1: dict[str, tuple[str, float, bool]] = {
+    "distance_vs_length": ("Alg. 1 (distance vs L)", 24 * 60.0, False),
+    "distance_vs_top_n": ("Alg. 2 (distance vs N)", 37 * 60.0, False),
+    "critical_n": ("Alg. 3 (critical N)", 17 * 3600.0 + 4 * 60.0, True),
+    "separability": ("Alg. 4 (geometric)", 7 * 60.0, False),
+    "gradient": ("Alg. 5 (gradient)", 60.0, False),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# The five workloads at the paper's grids
+# --------------------------------------------------------------------------------------------
+
+
+def _half_octaves(smallest: int, largest: int) -> list[int]:
+    """The distances chapter's L grid: ``2^k`` and ``1.5 * 2^k`` from ``smallest`` up to
+    ``largest`` (32, 48, 64, 96, ..., 768, 1024), with ``largest`` itself included."""
+    grid = set()
+    k = 0
+    while 2 ** k <= largest:
+        for value in (2 ** k, 3 * 2 ** k // 2):
+            if smallest <= value <= largest:
+                grid.add(value)
+        k += 1
+    grid.add(largest)
+    return sorted(grid)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """The grids of the five workloads, all derived from the window length ``length``.
+
+    - distance against L (Alg. 1, Fig. 2a): N = ``fixed_n``, L in :attr:`lengths`
+      (32, 48, 64, 96, ..., ``length``), the row ``L - 1`` of each window, with the fixed-set
+      bounds and the random-subset expectation (:func:`normlimits.distances.sweep_length`);
+    - distance against N (Alg. 2, Fig. 2b): L = ``length``, N in :attr:`top_n_grid`
+      (:func:`normlimits.distances.sweep_top_n`);
+    - critical N (Alg. 3, Fig. 2c): for every L of :attr:`lengths`, the KS test at every N of
+      :func:`normlimits.distances.default_critical_grid`
+      (:func:`normlimits.distances.critical_n_search`);
+    - separability (Alg. 4, Fig. 3): N_s/N for N in :attr:`separability_grid` at every query
+      position of the ``length``-token window (as the chapter and the paper), value vectors
+      projected to the unit sphere, the empirical minimum separation delta and the Theorem 2
+      bounds (:func:`normlimits.separability.separability_sweep`);
+    - gradient sensitivity (Alg. 5, Fig. 4): g(T, eps) over :attr:`temperatures` (1e-3..1e2, four
+      a decade) and ``epsilons``, plus the exact Jacobian norms, at the same query rows
+      (:func:`normlimits.jacobian.sensitivity_profile`).
+    """
+
+    length: int = DEFAULT_LENGTH
+    smallest_length: int = 32
+    fixed_n: int = 5
+    top_n: tuple[int, ...] = (1, 5, 10, 20, 100)
+    separability_n: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+    separability_every_row: bool = True
+    rows: int = 64
+    epsilons: tuple[float, ...] = (1e-3, 1e-1, 10.0)
+    temperatures_per_decade: int = 4
+    alphas: tuple[float, ...] = (0.01, 0.05)
+
+    def __post_init__(self) -> None:
+        if self.length < 2:
+            raise ValueError(f"the bench needs windows of at least 2 tokens (got L={self.length}).")
+
+    @property
+    def lengths(self) -> list[int]:
+        """The L grid of Fig. 2a and 2c, as the distances chapter uses it: 32, 48, 64, 96, ...,
+        768, 1024 (half octaves), cut at ``length`` (``length`` always included)."""
+        return _half_octaves(min(self.smallest_length, self.length), self.length)
+
+    @property
+    def top_n_grid(self) -> list[int]:
+        """Fig. 2b's N values that fit in the window (N <= L)."""
+        return [n for n in self.top_n if n <= self.length] or [1]
+
+    @property
+    def separability_grid(self) -> list[int]:
+        """Figure 3's N grid as the separability chapter uses it (1, 2, 4, ..., 96, 128), cut
+        below L (N_s needs a non-selected key)."""
+        return [n for n in self.separability_n if n <= self.length - 1] or [1]
+
+    @property
+    def separability_rows(self) -> list[int] | None:
+        """The separability workload's query rows: None means every position (the chapter's
+        and the paper's choice), else the :attr:`query_rows`."""
+        return None if self.separability_every_row else self.query_rows
+
+    @property
+    def query_rows(self) -> list[int]:
+        """The gradient workload's query rows: ``rows`` positions spread evenly over the window
+        (:func:`normlimits.jacobian.default_rows`, as the gradients chapter uses them)."""
+        from .jacobian import default_rows
+
+        return default_rows(self.length, self.rows).tolist()
+
+    @property
+    def temperatures(self) -> Tensor:
+        from .jacobian import default_temperatures
+
+        return default_temperatures(per_decade=self.temperatures_per_decade)
+
+    def describe(self) -> dict:
+        """The grids as plain JSON-able values."""
+        return {
+            "length": self.length, "lengths": self.lengths, "fixed_n": self.fixed_n,
+            "top_n_grid": self.top_n_grid, "separability_grid": self.separability_grid,
+            "separability_rows": "every" if self.separability_every_row else self.rows,
+            "gradient_rows": len(self.query_rows), "epsilons": list(self.epsilons),
+            "temperatures": len(self.temperatures), "alphas": list(self.alphas),
+        }
+
+
+def _distance_vs_length(captures, cfg: BenchConfig):
+    from .distances import sweep_length
+
+    return sweep_length(captures, cfg.lengths, n=cfg.fixed_n)
+
+
+def _distance_vs_top_n(captures, cfg: BenchConfig):
+    from .distances import sweep_top_n
+
+    return sweep_top_n(captures, cfg.top_n_grid, length=cfg.length)
+
+
+def _critical_n(captures, cfg: BenchConfig):
+    from .distances import critical_n_search
+
+    return critical_n_search(captures, cfg.lengths, alphas=cfg.alphas)
+
+
+def _separability(captures, cfg: BenchConfig):
+    from .separability import separability_sweep
+
+    return separability_sweep(captures, cfg.separability_grid, kinds=("values",),
+                              rows=cfg.separability_rows, bounds=True)
+
+
+def _gradient(captures, cfg: BenchConfig):
+    from .jacobian import sensitivity_profile
+
+    rows = torch.as_tensor(cfg.query_rows, dtype=torch.long)
+    return sensitivity_profile((cap.logits(rows) for cap in captures), cfg.temperatures,
+                               cfg.epsilons, seed=0)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One of the paper's five experiments: ``run(captures, config)`` consumes window captures;
+    ``describe(config)`` says in words what it computes."""
+
+    name: str
+    describe: Callable[[BenchConfig], str]
+    run: Callable[[Iterable, BenchConfig], Any]
+
+    @property
+    def paper_label(self) -> str:
+        return PAPER_TABLE1[self.name][0]
+
+    @property
+    def paper_seconds(self) -> float:
+        return PAPER_TABLE1[self.name][1]
+
+
+def _span(values: Sequence[int]) -> str:
+    return f"{len(values)} lengths L = {values[0]}..{values[-1]}"
+
+
+def _braces(values: Sequence) -> str:
+    return "{" + ", ".join(f"{v:g}" for v in values) + "}"
+
+
+WORKLOADS: tuple[Workload, ...] = (
+    Workload("distance_vs_length",
+             lambda c: f"N = {c.fixed_n}; {_span(c.lengths)} (rows L-1); true distance, "
+                       "expectation and its Jensen bound, both fixed-set bounds",
+             _distance_vs_length),
+    Workload("distance_vs_top_n",
+             lambda c: f"L = {c.length} (row {c.length - 1}); N in {_braces(c.top_n_grid)}; "
+                       "the same statistics",
+             _distance_vs_top_n),
+    Workload("critical_n",
+             lambda c: f"{_span(c.lengths)} (rows L-1); two-sample KS at alpha "
+                       f"{' and '.join(map(str, c.alphas))} on the per-head means, at every N "
+                       "of a grid per L (1..32, then ~7% steps to L)",
+             _critical_n),
+    Workload("separability",
+             lambda c: f"L = {c.length}; "
+                       + ("every query row" if c.separability_every_row
+                          else f"{len(c.query_rows)} query rows")
+                       + f"; N in {_braces(c.separability_grid)}; value vectors on the unit "
+                       "sphere, delta, N_s/N and the Theorem 2 bounds",
+             _separability),
+    Workload("gradient",
+             lambda c: f"L = {c.length}; {len(c.query_rows)} query rows; {len(c.temperatures)} "
+                       f"temperatures 1e-3..1e2 x eps in {_braces(c.epsilons)}; g(T, eps), ||J v|| "
+                       "and the exact Jacobian norms",
+             _gradient),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Peak memory
+# --------------------------------------------------------------------------------------------
+
+
+class PeakMemory:
+    """Peak resident set size, resettable where the kernel allows it.
+
+    On Linux, writing ``5`` to ``/proc/self/clear_refs`` resets the high-water mark ``VmHWM``
+    (no other effect), so the peak of one stretch of work is exact. Elsewhere :meth:`reset` does
+    nothing and :meth:`peak` is the process's lifetime peak (``resource.getrusage``).
+    """
+
+    def __init__(self) -> None:
+        self.resettable = False
+        self.highest = 0
+        try:
+            with open("/proc/self/clear_refs", "w") as handle:
+                handle.write("5")
+            self.resettable = self._hwm() is not None
+        except OSError:
+            self.resettable = False
+
+    @staticmethod
+    def _hwm() -> int | None:
+        try:
+            with open("/proc/self/status") as handle:
+                for line in handle:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+    def reset(self) -> None:
+        """Start a new stretch (Linux only; a no-op elsewhere)."""
+        if self.resettable:
+            with open("/proc/self/clear_refs", "w") as handle:
+                handle.write("5")
+
+    def peak(self) -> int:
+        """Peak RSS in bytes since the last :meth:`reset` (or over the process's life)."""
+        value = self._hwm() if self.resettable else None
+        if value is None:
+            value = self.lifetime_peak()
+        self.highest = max(self.highest, value)
+        return value
+
+    def overall(self) -> int:
+        """The largest peak seen by this object or recorded by the kernel for the process."""
+        return max(self.highest, self.lifetime_peak())
+
+    @staticmethod
+    def lifetime_peak() -> int:
+        """The process's peak RSS in bytes over its whole life."""
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+# --------------------------------------------------------------------------------------------
+# Lockstep: one producer (the forward passes), several consumers of the same stream
+# --------------------------------------------------------------------------------------------
+
+_END = object()
+
+
+class _Consumer(threading.Thread):
+    """A function of an iterable, run in its own thread but strictly one turn at a time.
+
+    The producer hands over an item with :meth:`step` and waits until the function asks for the
+    next one (or returns), so exactly one thread computes at any moment and the time between
+    hand-over and hand-back is this consumer's own.
+    """
+
+    def __init__(self, name: str, fn: Callable[[Iterator], Any]):
+        super().__init__(name=f"bench-{name}", daemon=True)
+        self.key = name
+        self.fn = fn
+        self._go = threading.Semaphore(0)
+        self._back = threading.Semaphore(0)
+        self._item: Any = None
+        self.finished = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.items_taken = 0
+
+    def _feed(self) -> Iterator:
+        while True:
+            item = self._item
+            if item is _END:
+                return
+            self.items_taken += 1
+            yield item
+            item = None
+            self._back.release()
+            self._go.acquire()
+
+    def run(self) -> None:  # noqa: D401 - the thread body
+        self._go.acquire()
+        try:
+            self.result = self.fn(self._feed())
+        except BaseException as exc:  # re-raised by the producer
+            self.error = exc
+        finally:
+            self.finished = True
+            self._item = None
+            self._back.release()
+
+    def step(self, item: Any) -> None:
+        """Hand ``item`` (or the end marker) over and wait for the consumer's turn to end."""
+        if self.finished:
+            return
+        self._item = item
+        self._go.release()
+        self._back.acquire()
+        self._item = None
+
+
+class Lockstep:
+    """Feed one stream of items to several iterable-consuming functions, one item at a time.
+
+    ``consumers`` maps a name to ``fn(iterable) -> result``. :meth:`run` draws each item from
+    ``produce`` once, hands it to every consumer in order, and times every turn; memory holds one
+    item (plus whatever a consumer keeps from the previous one). After the stream ends, every
+    function finishes (its final step is timed too) and its result is in :attr:`results`.
+    Errors raised by a consumer are re-raised by :meth:`run` once all threads have stopped.
+    """
+
+    def __init__(self, consumers: dict[str, Callable[[Iterator], Any]],
+                 memory: PeakMemory | None = None):
+        self.names = list(consumers)
+        self._consumers = {k: _Consumer(k, fn) for k, fn in consumers.items()}
+        self.memory = memory or PeakMemory()
+        self.metric_seconds = {k: 0.0 for k in self.names}
+        self.peak_rss = {k: 0 for k in self.names}
+        self.produce_seconds = 0.0
+        self.produce_peak_rss = 0
+        self.items = 0
+        self.results: dict[str, Any] = {}
+
+    def _turn(self, name: str, item: Any) -> None:
+        consumer = self._consumers[name]
+        if consumer.finished:
+            return
+        self.memory.reset()
+        start = time.perf_counter()
+        consumer.step(item)
+        self.metric_seconds[name] += time.perf_counter() - start
+        self.peak_rss[name] = max(self.peak_rss[name], self.memory.peak())
+
+    def run(self, produce: Iterable) -> dict[str, Any]:
+        """Consume ``produce`` (timed as the producer's work) through every consumer."""
+        for consumer in self._consumers.values():
+            consumer.start()
+        source = iter(produce)
+        failure: BaseException | None = None
+        try:
+            while True:
+                self.memory.reset()
+                start = time.perf_counter()
+                try:
+                    item = next(source)
+                except StopIteration:
+                    break
+                self.produce_seconds += time.perf_counter() - start
+                self.produce_peak_rss = max(self.produce_peak_rss, self.memory.peak())
+                self.items += 1
+                for name in self.names:
+                    self._turn(name, item)
+                del item
+                if any(c.error is not None for c in self._consumers.values()):
+                    break
+        except BaseException as exc:  # the producer failed: stop every consumer first
+            failure = exc
+        for name in self.names:
+            self._turn(name, _END)
+        for consumer in self._consumers.values():
+            consumer.join()
+        if failure is not None:
+            raise failure
+        for name, consumer in self._consumers.items():
+            if consumer.error is not None:
+                raise RuntimeError(f"bench workload {name!r} failed: {consumer.error!r}") \
+                    from consumer.error
+            self.results[name] = consumer.result
+        return self.results
+
+
+# --------------------------------------------------------------------------------------------
+# A whole benchmark run
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchResult:
+    """One bench run: the JSON rows (:func:`bench_rows`) and each workload's result object."""
+
+    rows: list[dict]
+    results: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, workload: str) -> dict:
+        for r in self.rows:
+            if r["workload"] == workload:
+                return r
+        raise KeyError(workload)
+
+    @property
+    def total(self) -> dict:
+        return self.row("total")
+
+
+def _select(names: Sequence[str] | None) -> list[Workload]:
+    if names is None:
+        return list(WORKLOADS)
+    known = {w.name: w for w in WORKLOADS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {unknown}; choose from {sorted(known)}")
+    return [known[n] for n in names]
+
+
+def run_bench(loaded, windows: Tensor, config: BenchConfig | None = None, *,
+              workloads: Sequence[str] | None = None, setup_seconds: float = 0.0,
+              progress: Callable[[str], None] | None = None) -> BenchResult:
+    """Run the workloads over ``windows`` [W, L] of token ids, one forward pass per window.
+
+    ``loaded``: a :class:`normlimits.models.LoadedModel`; ``config`` defaults to
+    ``BenchConfig(length=L)``. Returns the rows (see the module docstring) and the results.
+    """
+    from .capture import capture_window
+
+    windows = torch.as_tensor(windows, dtype=torch.long)
+    if windows.dim() != 2 or windows.shape[0] < 1:
+        raise ValueError(f"windows must be [W, L] token ids with W >= 1 "
+                         f"(got {tuple(windows.shape)}).")
+    length = int(windows.shape[1])
+    config = config or BenchConfig(length=length)
+    if config.length != length:
+        raise ValueError(f"the config is for L={config.length} but the windows have L={length}.")
+    chosen = _select(workloads)
+    memory = PeakMemory()
+    lockstep = Lockstep({w.name: (lambda caps, w=w: w.run(caps, config)) for w in chosen}, memory)
+
+    def produce():
+        for index, ids in enumerate(windows):
+            if progress:
+                progress(f"window {index + 1}/{len(windows)}")
+            yield capture_window(loaded, ids)
+
+    start = time.perf_counter()
+    results = lockstep.run(produce())
+    wall = time.perf_counter() - start
+    rows = bench_rows(lockstep, chosen, loaded=loaded, windows=len(windows), config=config,
+                      wall_seconds=wall, setup_seconds=setup_seconds)
+    return BenchResult(rows=rows, results=results)
+
+
+def _settings(loaded, windows: int, config: BenchConfig) -> dict:
+    return {
+        "model": loaded.name,
+        "n_params": int(loaded.n_params),
+        "layers": int(loaded.n_layers),
+        "heads": int(loaded.n_heads),
+        "windows": int(windows),
+        "length": int(config.length),
+        "threads": int(torch.get_num_threads()),
+    }
+
+
+def bench_rows(lockstep: Lockstep, workloads: Sequence[Workload], *, loaded, windows: int,
+               config: BenchConfig, wall_seconds: float, setup_seconds: float = 0.0) -> list[dict]:
+    """The JSON rows of a finished :class:`Lockstep` run (module docstring: field meanings)."""
+    forward = lockstep.produce_seconds
+    settings = _settings(loaded, windows, config)
+    share = forward / max(1, len(workloads))
+    rows = []
+    for w in workloads:
+        metric = lockstep.metric_seconds[w.name]
+        seconds = forward + metric
+        rows.append({
+            "workload": w.name,
+            "paper_label": w.paper_label,
+            "what": w.describe(config),
+            "seconds": seconds,
+            "forward_seconds": forward,
+            "metric_seconds": metric,
+            "shared_seconds": metric + share,
+            "metric_over_forward": metric / forward if forward > 0 else math.inf,
+            "peak_rss_bytes": int(max(lockstep.peak_rss[w.name], lockstep.produce_peak_rss)),
+            "own_peak_rss_bytes": int(lockstep.peak_rss[w.name]),
+            "paper_seconds": w.paper_seconds,
+            "paper_parallelised": PAPER_TABLE1[w.name][2],
+            "speedup": w.paper_seconds / seconds if seconds > 0 else math.inf,
+            **settings,
+        })
+    metric_total = sum(lockstep.metric_seconds[w.name] for w in workloads)
+    paper_total = sum(w.paper_seconds for w in workloads)
+    rows.append({
+        "workload": "total",
+        "paper_label": "Table 1, all listed algorithms",
+        "what": "one forward pass per window shared by every workload; metrics summed",
+        "seconds": wall_seconds,
+        "forward_seconds": forward,
+        "metric_seconds": metric_total,
+        "shared_seconds": forward + metric_total,
+        "metric_over_forward": metric_total / forward if forward > 0 else math.inf,
+        "peak_rss_bytes": int(lockstep.memory.overall()),
+        "run_peak_rss_bytes": int(max([lockstep.produce_peak_rss,
+                                       *(lockstep.peak_rss[w.name] for w in workloads)])),
+        "forward_peak_rss_bytes": int(lockstep.produce_peak_rss),
+        "peak_resettable": bool(lockstep.memory.resettable),
+        "paper_seconds": paper_total,
+        "paper_parallelised": True,
+        "speedup": paper_total / wall_seconds if wall_seconds > 0 else math.inf,
+        "setup_seconds": float(setup_seconds),
+        "forward_seconds_per_window": forward / max(1, lockstep.items),
+        "grids": config.describe(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **settings,
+    })
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+
+def default_output() -> Path:
+    """``_build/bench.json`` at the project's root (the folder holding ``pyproject.toml``), or
+    under the current directory when the package is not run from a checkout."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file():
+        root = Path.cwd()
+    return root / "_build" / "bench.json"
+
+
+def write_rows(rows: list[dict], path: Path | str | None = None) -> Path:
+    """Write the rows as JSON atomically (a temporary file in the same folder, then rename)."""
+    from .cache import atomic_write_json
+
+    path = Path(path) if path is not None else default_output()
+    return atomic_write_json(path, rows)
+
+
+def read_rows(path: Path | str | None = None) -> list[dict] | None:
+    """The rows of the last run, or None when the file does not exist."""
+    import json
+
+    path = Path(path) if path is not None else default_output()
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "-"
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)} h {int(round(seconds % 3600 / 60))} min"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min" if seconds % 60 < 1 else f"{seconds / 60:.1f} min"
+    return f"{seconds:.1f} s"
+
+
+def table_frame(rows: list[dict]):
+    """The rows as a pandas DataFrame with readable columns (for the book and the terminal)."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "workload": [r["workload"] for r in rows],
+        "paper (Table 1)": [r["paper_label"] for r in rows],
+        "paper time": [_duration(r["paper_seconds"]) for r in rows],
+        "ours (s)": [round(r["seconds"], 1) for r in rows],
+        "forward (s)": [round(r["forward_seconds"], 1) for r in rows],
+        "metric (s)": [round(r["metric_seconds"], 1) for r in rows],
+        "metric / forward": [round(r["metric_over_forward"], 2) for r in rows],
+        "peak RSS (GiB)": [round(r["peak_rss_bytes"] / 2**30, 2) for r in rows],
+        "speed-up": [f"{r['speedup']:,.0f}x" for r in rows],
+    })
+
+
+def format_table(rows: list[dict]) -> str:
+    """A plain-text table of the rows beside the paper's Table 1."""
+    total = rows[-1]
+    head = (f"{total['model']} ({total['n_params'] / 1e6:.1f}M params, {total['layers']}x"
+            f"{total['heads']} heads), {total['windows']} windows of L = {total['length']}, "
+            f"{total['threads']} torch threads on {total.get('cpu_count')} CPUs")
+    body = table_frame(rows).to_string(index=False)
+    notes = ("Per workload, 'ours' = the shared forward passes (charged in full to each "
+             "workload) + its own metrics;\nthe total row charges the forward passes once and "
+             f"is the loop's wall time (model load {total.get('setup_seconds', 0):.1f} s apart).")
+    return f"{head}\n{body}\n{notes}"
+
+
+# --------------------------------------------------------------------------------------------
+# Scaling fits (for the "Reproduction cost" page)
+# --------------------------------------------------------------------------------------------
+
+
+def scaling_fit(x: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
+    """Least-squares fit ``seconds = c * x ** exponent`` in log-log; returns ``(exponent, c)``."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(seconds, dtype=float)
+    if x.size < 2 or np.unique(x).size < 2:
+        raise ValueError("a scaling fit needs at least two distinct sizes.")
+    if (x <= 0).any() or (y <= 0).any():
+        raise ValueError("sizes and times must be positive for a log-log fit.")
+    exponent, log_c = np.polyfit(np.log(x), np.log(y), 1)
+    return float(exponent), float(math.exp(log_c))
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def limit_malloc_arenas() -> bool:
+    """Ask glibc for a single malloc arena shared by every thread (``mallopt(M_ARENA_MAX, 1)``).
+
+    Each workload runs in its own thread (:class:`Lockstep`); by default glibc gives every thread
+    its own arena, and memory freed in one is not reused by another, which inflated the peak
+    resident memory of a gpt2-random run from about 1.5 to 3 GiB without changing the time. Only
+    one thread computes at a time, so one arena costs nothing. Returns True when it was applied
+    (Linux with glibc); elsewhere it does nothing. Called by :func:`main` only, not on import.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-8, 1))          # M_ARENA_MAX = -8 in <malloc.h>
+    except (OSError, AttributeError):
+        return False
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m normlimits.bench",
+        description="Time the paper's five experiments (Table 1) with the book's code: one "
+                    "forward pass per window shared by every workload.")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"model name as NORMLIMITS_MODEL takes it (default {DEFAULT_MODEL}: GPT-2 "
+                        "124M's configuration, random weights; the cost does not depend on them)")
+    p.add_argument("--windows", type=int, default=DEFAULT_WINDOWS,
+                   help=f"number of corpus windows (default {DEFAULT_WINDOWS})")
+    p.add_argument("--length", type=int, default=DEFAULT_LENGTH,
+                   help=f"window length L, the largest L of the sweeps (default {DEFAULT_LENGTH})")
+    p.add_argument("--workloads", nargs="+", choices=[w.name for w in WORKLOADS],
+                   help="run only these workloads (default: all five)")
+    p.add_argument("--output", type=Path, default=None,
+                   help="where to write the JSON rows (default _build/bench.json)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m normlimits.bench``: run, print the table, write the JSON rows."""
+    from .corpus import load_corpus, token_windows
+    from .models import load_model
+    from .settings import configure_torch, window_count
+
+    args = _parser().parse_args(argv)
+    count = window_count(args.windows)
+    arenas_limited = limit_malloc_arenas()
+    configure_torch()
+    torch.manual_seed(0)
+
+    def say(message: str) -> None:
+        if not args.quiet:
+            print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+    start = time.perf_counter()
+    loaded = load_model(args.model)
+    corpus = load_corpus()
+    windows = token_windows(loaded, corpus, args.length, count)
+    setup = time.perf_counter() - start
+    say(f"{loaded.name}: {loaded.n_params / 1e6:.1f}M params; {count} windows of {args.length} "
+        f"tokens; set-up {setup:.1f} s")
+    result = run_bench(loaded, windows, BenchConfig(length=args.length),
+                       workloads=args.workloads, setup_seconds=setup, progress=say)
+    result.total["malloc_single_arena"] = arenas_limited
+    path = write_rows(result.rows, args.output)
+    print(format_table(result.rows))
+    print(f"rows written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

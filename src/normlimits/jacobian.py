@@ -1,0 +1,527 @@
+"""The softmax Jacobian, its exact spectral norm, and the finite-difference sensitivity of Fig. 4.
+
+Notation (paper §2.3, Lemma 2, Corollary 3, Algorithm 5): one query's logits ``l`` [L] (masked,
+causal keys are ``-inf``), weights ``a = softmax(l / T)``. The Jacobian of the weights with
+respect to the logits is
+
+    J = d a / d l = (diag(a) - a a^T) / T                         (softmax)
+    J = (diag(F') - a F'^T) / S,   S = sum_k F(l_k), a = F / S      (general positive map F)
+
+For softmax ``J`` is symmetric positive semi-definite, so its spectral norm is the largest
+eigenvalue of ``diag(a) - a a^T`` divided by T. That eigenvalue is computed here exactly from the
+secular equation of the rank-one update (no ``[L, L]`` matrix is formed): it is the unique root in
+``[a_(2), a_(1)]`` (second-largest and largest weight) of ``sum_i a_i / (lambda - a_i) = 0``,
+found by a monotone Newton iteration (:func:`top_eigenvalue`). Costs O(L) per row and iteration,
+typically 3-6 iterations; tested against ``torch.linalg.eigvalsh``.
+
+Everything is vectorised over leading dimensions ([layers, heads, rows] or any other), with the
+key dimension last. Units: logits in nats (GPT-2's ``q.k / sqrt(d_head)``), T dimensionless.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+from normlimits.normalizers import check_temperature
+
+SQRT2 = math.sqrt(2.0)
+
+__all__ = [
+    "SensitivityProfile",
+    "check_epsilon",
+    "default_temperatures",
+    "default_rows",
+    "finite_difference_sensitivity",
+    "general_jacobian",
+    "linearised_sensitivity",
+    "log_derivative_bound",
+    "loglog_slope",
+    "lemma2_bound",
+    "model_sensitivity",
+    "paper_curve",
+    "random_unit_directions",
+    "sensitivity_envelope",
+    "sensitivity_profile",
+    "softmax_jacobian",
+    "softmax_jacobian_norm",
+    "softmax_jacobian_row_norms",
+    "spectral_norm_bounds",
+    "top_eigenvalue",
+]
+
+
+# --------------------------------------------------------------------------- checks
+
+def _check_temperatures(temperatures) -> Tensor:
+    t = torch.as_tensor(temperatures, dtype=torch.float64).reshape(-1)
+    if t.numel() == 0:
+        raise ValueError("at least one temperature T is needed")
+    for value in t.tolist():
+        check_temperature(value)
+    return t
+
+
+def check_epsilon(epsilon: float) -> float:
+    """Return ``epsilon`` as a float, or raise a clear error when it is not a positive number."""
+    e = float(epsilon)
+    if not (e > 0 and math.isfinite(e)):
+        raise ValueError(f"the perturbation size epsilon must be a finite number > 0 (got {epsilon!r}); "
+                         "g(T, eps) divides by eps.")
+    return e
+
+
+def _check_epsilons(epsilons) -> Tensor:
+    e = torch.as_tensor(epsilons, dtype=torch.float64).reshape(-1)
+    if e.numel() == 0:
+        raise ValueError("at least one perturbation size epsilon is needed")
+    for value in e.tolist():
+        check_epsilon(value)
+    return e
+
+
+def _simplex(weights: Tensor) -> Tensor:
+    """Weights as float64 rows that sum to exactly 1 (up to rounding); raises on bad rows."""
+    a = weights.to(torch.float64)
+    if a.shape[-1] < 1:
+        raise ValueError("weights need at least one key along the last dimension")
+    if bool((a < 0).any()) or not bool(torch.isfinite(a).all()):
+        raise ValueError("weights must be finite and non-negative (rows of a softmax)")
+    total = a.sum(-1, keepdim=True)
+    if bool((total <= 0).any()):
+        raise ValueError("every row of weights must have positive mass")
+    return a / total
+
+
+# --------------------------------------------------------------------------- Jacobians
+
+def softmax_jacobian(weights: Tensor, temperature: float = 1.0) -> Tensor:
+    """The softmax Jacobian ``(diag(a) - a a^T) / T`` for each row ``a``.
+
+    Shapes: ``weights`` [..., L] (rows of ``softmax(l / T)``) -> [..., L, L]. Entry ``[..., i, j]``
+    is ``d a_i / d l_j``. Forms the full matrix: use for small L or tests; norms are computed
+    without it by :func:`softmax_jacobian_norm`.
+    """
+    t = check_temperature(temperature)
+    return (torch.diag_embed(weights) - weights.unsqueeze(-1) * weights.unsqueeze(-2)) / t
+
+
+def general_jacobian(values: Tensor, derivatives: Tensor) -> Tensor:
+    """Jacobian of ``a = F(l) / sum F(l)`` for a positive map F (paper Eq. 3, Lemma 2).
+
+    ``values`` = F(l_j) > 0 and ``derivatives`` = F'(l_j), both [..., L]; returns [..., L, L] with
+    ``[..., i, j] = (delta_ij F'_j - a_i F'_j) / S``, i.e. ``(diag(F') - a F'^T) / S``.
+    """
+    if values.shape != derivatives.shape:
+        raise ValueError(f"values {tuple(values.shape)} and derivatives {tuple(derivatives.shape)} "
+                         "must have the same shape [..., L]")
+    if bool((values <= 0).any()):
+        raise ValueError("F must be positive at every logit (the general normaliser's assumption)")
+    s = values.sum(-1, keepdim=True)
+    a = values / s
+    return (torch.diag_embed(derivatives) - a.unsqueeze(-1) * derivatives.unsqueeze(-2)) / s.unsqueeze(-1)
+
+
+def top_eigenvalue(weights: Tensor, *, tol: float = 1e-13, max_iter: int = 100,
+                   tie_tol: float = 1e-12, validate: bool = True) -> Tensor:
+    """Largest eigenvalue of ``diag(a) - a a^T`` for every row ``a`` of a probability vector.
+
+    Exact up to ``tol`` (relative), computed without forming the matrix. With ``a_(1) >= a_(2)`` the
+    two largest weights, the eigenvalue is ``a_(1)`` at a tie and otherwise the unique root in
+    ``(a_(2), a_(1))`` of the secular equation ``sum_i a_i / (lambda - a_i) = 0`` (rank-one update
+    of a diagonal matrix, using ``sum_i a_i = 1``). Newton's method on the increasing, concave
+    function ``u(lambda) = 1 / h(lambda) + lambda / a_(1) - 1`` with
+    ``h(lambda) = sum_{i != argmax} a_i / (lambda - a_i)``, started at the harmonic mean
+    ``2 a_(1) a_(2) / (a_(1) + a_(2))`` (left of the root), increases monotonically to the root;
+    3-4 iterations reach 1e-13 on softmax rows at any temperature.
+
+    Shapes: ``weights`` [..., L] (non-negative rows) -> [...] float64. With ``validate`` (default)
+    rows are checked and renormalised to sum 1 in float64; without it they are taken as given
+    (float64 softmax rows; faster). Rows with a single positive weight give 0. A relative gap
+    ``(a_(1) - a_(2)) / a_(1)`` below ``tie_tol`` counts as a tie (error at most that gap).
+    """
+    a = _simplex(weights) if validate else weights.to(torch.float64)
+    if a.shape[-1] == 1:
+        return torch.zeros(a.shape[:-1], dtype=torch.float64)
+    top = a.topk(2, dim=-1)
+    a1, a2 = top.values[..., 0], top.values[..., 1]
+    tie = (a1 - a2) <= tie_tol * a1
+    single = a2 <= 0
+    solve = ~(tie | single)
+    # Work in units of a_(2): mu = lambda / a_(2), c = a / a_(2), so nothing under- or overflows
+    # (a_(2) may be a denormal at low temperature). mu lies in (1, a_(1)/a_(2)].
+    scale = torch.where(solve, a2, torch.ones_like(a2))
+    c = a.scatter(-1, top.indices[..., :1], 0.0) / scale.unsqueeze(-1)   # others, <= 1
+    c = torch.where(solve.unsqueeze(-1), c, torch.zeros_like(c))
+    ratio = torch.where(solve, a2 / a1, torch.ones_like(a1))               # a_(2)/a_(1) in (0, 1)
+    mu = torch.where(solve, 2 / (1 + ratio), torch.full_like(a1, 2.0))     # harmonic mean / a_(2)
+    mu_max = torch.where(solve, 1 / ratio, torch.full_like(a1, 2.0))
+    for _ in range(max_iter):
+        inv = (mu.unsqueeze(-1) - c).reciprocal_()        # 1/(mu - c_i) > 0 (mu > 1 >= c_i)
+        r = c * inv
+        h = torch.where(solve, r.sum(-1), torch.ones_like(mu))   # h(mu) > 0
+        hp = r.mul_(inv).sum(-1)                          # -h'(mu)
+        u = 1.0 / h + mu * ratio - 1.0
+        du = hp / (h * h) + ratio
+        new = torch.minimum(torch.maximum(mu - u / du, torch.ones_like(mu)), mu_max)
+        new = torch.where(solve, new, mu)
+        done = bool(((new - mu).abs() <= tol * new).all())
+        mu = new
+        if done:
+            break
+    lam = torch.where(solve, mu * a2, a1)
+    return torch.where(single, torch.zeros_like(lam), lam)
+
+
+def softmax_jacobian_norm(weights: Tensor, temperature: float = 1.0) -> Tensor:
+    """Exact spectral norm ``||(diag(a) - a a^T) / T||_2`` per row: [..., L] -> [...] (float64).
+
+    The matrix is symmetric positive semi-definite, so its spectral norm is its largest eigenvalue
+    (:func:`top_eigenvalue`) divided by T. Always in ``[a_(2)/T, min(a_(1), 1/2)/T]``.
+    """
+    return top_eigenvalue(weights) / check_temperature(temperature)
+
+
+def spectral_norm_bounds(weights: Tensor, temperature: float = 1.0) -> tuple[Tensor, Tensor]:
+    """Cheap two-sided bounds on the softmax Jacobian's spectral norm, per row.
+
+    Lower: ``a_(2) / T`` (interlacing). Upper: ``min(a_(1), 2 max_i a_i (1 - a_i)) / T``
+    (interlacing, and the variance bound proven in the chapter), which is at most ``1/(2T)``.
+    Shapes: [..., L] -> two tensors [...] (float64).
+    """
+    t = check_temperature(temperature)
+    a = _simplex(weights)
+    if a.shape[-1] == 1:
+        zero = torch.zeros(a.shape[:-1], dtype=torch.float64)
+        return zero, zero
+    top = a.topk(2, dim=-1).values
+    upper = torch.minimum(top[..., 0], 2 * (a * (1 - a)).amax(-1))
+    return top[..., 1] / t, upper / t
+
+
+def softmax_jacobian_row_norms(weights: Tensor, temperature: float = 1.0) -> Tensor:
+    """Euclidean norm of each row ``i`` of the softmax Jacobian, i.e. ``||grad_l a_i||_2``.
+
+    ``a_i sqrt((1 - a_i)^2 + sum_{j != i} a_j^2) / T``; at most ``sqrt(2)/(4T)``, attained at a
+    two-way tie. Shapes: [..., L] -> [..., L] (float64).
+    """
+    t = check_temperature(temperature)
+    a = _simplex(weights)
+    sq = a * a
+    s2 = sq.sum(-1, keepdim=True)
+    # sum_{j != i} a_j^2 without cancellation: for the largest weight sum the others directly;
+    # for any other i, s2 - a_i^2 >= a_(1)^2 >= a_i^2 loses at most a factor 2.
+    # and 1 - a_i likewise: for the largest weight, the sum of the others.
+    top = a.argmax(-1, keepdim=True)
+    is_top = torch.zeros_like(a, dtype=torch.bool).scatter(-1, top, True)
+    others_of_top = torch.where(is_top, torch.zeros_like(sq), sq).sum(-1, keepdim=True)
+    others = torch.where(is_top, others_of_top, s2 - sq).clamp_min(0)
+    rest_of_top = torch.where(is_top, torch.zeros_like(a), a).sum(-1, keepdim=True)
+    rest = torch.where(is_top, rest_of_top, 1 - a)
+    return a * (rest ** 2 + others).sqrt() / t
+
+
+def lemma2_bound(values: Tensor, derivatives: Tensor) -> tuple[Tensor, Tensor]:
+    """The two lines of the Lemma 2 bound (our reconstruction, proven in the chapter), per row.
+
+    First line: ``max|F'| / S * (1 + sqrt(L) ||a||_2)``. Second line (only min/max of F):
+    ``max|F'| / L * (1 / min F + max F / min F^2)``. Both bound ``||(diag(F') - a F'^T)/S||_2``;
+    the second grows without limit as ``min F -> 0``. Shapes: [..., L] -> two tensors [...].
+    """
+    if bool((values <= 0).any()):
+        raise ValueError("F must be positive at every logit (the general normaliser's assumption)")
+    values = values.to(torch.float64)
+    derivatives = derivatives.to(torch.float64)
+    n = values.shape[-1]
+    s = values.sum(-1)
+    a = values / s.unsqueeze(-1)
+    dmax = derivatives.abs().amax(-1)
+    first = dmax / s * (1 + math.sqrt(n) * a.norm(dim=-1))
+    fmin, fmax = values.amin(-1), values.amax(-1)
+    second = dmax / n * (1 / fmin + fmax / fmin ** 2)
+    return first, second
+
+
+def log_derivative_bound(values: Tensor, derivatives: Tensor) -> Tensor:
+    """The sharp general bound ``||J||_2 <= lambda_max(diag(a) - a a^T) * max_j |F'_j / F_j|``.
+
+    Follows from ``J = (diag(a) - a a^T) diag(F'/F)``; at most ``max_j |F'_j/F_j| / 2``. For softmax
+    ``F'/F = 1/T`` and it is an equality. Shapes: [..., L] -> [...] (float64).
+    """
+    if bool((values <= 0).any()):
+        raise ValueError("F must be positive at every logit (the general normaliser's assumption)")
+    values = values.to(torch.float64)
+    rho = (derivatives.to(torch.float64) / values).abs().amax(-1)
+    return top_eigenvalue(values) * rho
+
+
+# --------------------------------------------------------------------------- envelopes
+
+def paper_curve(temperatures) -> Tensor:
+    """The paper's Fig. 4 dashed curve ``min{1/(4T), sqrt 2}`` (Corollary 3 as printed)."""
+    t = _check_temperatures(temperatures)
+    return torch.minimum(1 / (4 * t), torch.full_like(t, SQRT2))
+
+
+def sensitivity_envelope(temperatures, epsilon) -> Tensor:
+    """Corrected upper envelope of ``g(T, eps)``: ``min{1/(2T), sqrt(2)/eps}``.
+
+    ``1/(2T)`` bounds the Jacobian's spectral norm along the whole segment (mean-value theorem);
+    ``sqrt 2`` is the diameter of the probability simplex, so ``||a' - a||_2 / eps <= sqrt(2)/eps``.
+    Shapes: ``temperatures`` [nT] -> [nT] (float64).
+    """
+    t = _check_temperatures(temperatures)
+    e = check_epsilon(epsilon)
+    return torch.minimum(1 / (2 * t), torch.full_like(t, SQRT2 / e))
+
+
+def default_temperatures(per_decade: int = 4, low: float = 1e-3, high: float = 1e2) -> Tensor:
+    """Log-spaced temperature grid from ``low`` to ``high`` (inclusive), ``per_decade`` points a decade."""
+    lo, hi = math.log10(check_temperature(low)), math.log10(check_temperature(high))
+    if hi <= lo or per_decade < 1:
+        raise ValueError("need low < high and per_decade >= 1 for a temperature grid")
+    count = int(round((hi - lo) * per_decade)) + 1
+    return torch.logspace(lo, hi, count, dtype=torch.float64)
+
+
+# --------------------------------------------------------------------------- finite differences
+
+def random_unit_directions(logits: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """A random unit direction ``v`` per row over the row's visible (finite) keys.
+
+    Gaussian entries on finite logits, zero on masked (``-inf``) keys, normalised to
+    ``||v||_2 = 1`` along the last dimension. Shapes: [..., L] -> [..., L] float64.
+    """
+    finite = torch.isfinite(logits)
+    v = torch.randn(logits.shape, dtype=torch.float64, generator=generator)
+    v = torch.where(finite, v, torch.zeros_like(v))
+    return v / v.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+
+
+def _softmax64(x: Tensor) -> Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+def finite_difference_sensitivity(logits: Tensor, temperatures, epsilons, directions: Tensor, *,
+                                  chunk_elements: int = 1 << 24) -> Tensor:
+    """Algorithm 5's ``g(T, eps) = ||softmax((l + eps v)/T) - softmax(l/T)||_2 / eps`` per row.
+
+    ``logits`` [..., L] (masked keys ``-inf``), ``directions`` [..., L] (unit rows, zero on masked
+    keys; see :func:`random_unit_directions`), ``temperatures`` [nT], ``epsilons`` [nE]. Returns
+    [nT, nE, ...] float64. Vectorised over rows and epsilons; temperatures are processed in chunks
+    so that no intermediate exceeds about ``chunk_elements`` numbers.
+    """
+    t = _check_temperatures(temperatures)
+    e = _check_epsilons(epsilons)
+    if directions.shape != logits.shape:
+        raise ValueError(f"directions {tuple(directions.shape)} must match logits {tuple(logits.shape)}")
+    l64 = logits.to(torch.float64)
+    v = directions.to(torch.float64)
+    lead = l64.shape
+    per_t = max(1, chunk_elements // max(1, l64.numel() * (e.numel() + 1)))
+    out = []
+    ebroad = e.reshape((-1,) + (1,) * len(lead))
+    shifted = l64.unsqueeze(0) + ebroad * v.unsqueeze(0)          # [nE, ..., L]
+    for start in range(0, t.numel(), per_t):
+        tc = t[start:start + per_t].reshape((-1,) + (1,) * len(lead))
+        base = _softmax64(l64.unsqueeze(0) / tc)                  # [nt, ..., L]
+        pert = _softmax64(shifted.unsqueeze(0) / tc.unsqueeze(1))  # [nt, nE, ..., L]
+        diff = (pert - base.unsqueeze(1)).norm(dim=-1)
+        out.append(diff / ebroad.squeeze(-1).unsqueeze(0))
+    return torch.cat(out, 0)
+
+
+def linearised_sensitivity(weights: Tensor, directions: Tensor, temperature: float = 1.0) -> Tensor:
+    """The eps -> 0 limit of g: ``||J v||_2 = ||a * v - a (a . v)||_2 / T`` per row.
+
+    Shapes: ``weights``, ``directions`` [..., L] -> [...] float64.
+    """
+    t = check_temperature(temperature)
+    a = weights.to(torch.float64)
+    v = directions.to(torch.float64)
+    jv = a * v - a * (a * v).sum(-1, keepdim=True)
+    return jv.norm(dim=-1) / t
+
+
+# --------------------------------------------------------------------------- sweeps
+
+@dataclass
+class SensitivityProfile:
+    """Fig. 4's statistics per head, averaged over rows (query tokens) and windows.
+
+    Shapes (``H`` = the leading head dimensions of the logits, e.g. [layers, heads]):
+    ``g`` [nT, nE, *H]: mean over rows of ``g(T, eps)``; ``g_linear`` [nT, *H]: mean of
+    ``||J v||`` (the eps -> 0 limit); ``norm_mean`` / ``norm_max`` [nT, *H]: mean / max over rows
+    of the exact Jacobian spectral norm (relative accuracy 1e-10); ``rows``: rows averaged.
+    """
+
+    temperatures: Tensor
+    epsilons: Tensor
+    g: Tensor
+    g_linear: Tensor
+    norm_mean: Tensor
+    norm_max: Tensor
+    rows: int = 0
+    windows: int = 0
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def head_max(self, name: str = "g") -> Tensor:
+        """Maximum over heads (all trailing head dimensions) of a statistic: [nT, nE] or [nT]."""
+        x = getattr(self, name)
+        lead = 2 if name == "g" else 1
+        return x.reshape(x.shape[:lead] + (-1,)).amax(-1)
+
+
+class _Accumulator:
+    def __init__(self, temperatures: Tensor, epsilons: Tensor):
+        self.t, self.e = temperatures, epsilons
+        self.sums: dict[str, Tensor] = {}
+        self.maxes: dict[str, Tensor] = {}
+        self.rows = 0
+        self.windows = 0
+
+    def add(self, name: str, value: Tensor, reduce_max: bool = False) -> None:
+        if reduce_max:
+            cur = self.maxes.get(name)
+            self.maxes[name] = value if cur is None else torch.maximum(cur, value)
+        else:
+            cur = self.sums.get(name)
+            self.sums[name] = value if cur is None else cur + value
+
+
+def _row_stats(logits: Tensor, temperatures: Tensor, epsilons: Tensor, directions: Tensor) -> dict[str, Tensor]:
+    """Per-T sums over the row dimension (-2) of every per-row statistic, for one block of rows."""
+    l64 = logits.to(torch.float64)
+    v = directions.to(torch.float64)
+    ebroad = epsilons.reshape((-1,) + (1,) * l64.dim())
+    shifted = l64.unsqueeze(0) + ebroad * v.unsqueeze(0)                # [nE, ..., L]
+    inv_e = (1.0 / epsilons).reshape((-1,) + (1,) * (l64.dim() - 1))
+    out: dict[str, list[Tensor]] = {k: [] for k in ("g", "g_linear", "norm_mean", "norm_max")}
+    for t in temperatures.tolist():
+        a = _softmax64(l64 * (1.0 / t))
+        pert = _softmax64(shifted * (1.0 / t))
+        pert -= a
+        out["g"].append((torch.linalg.vector_norm(pert, dim=-1) * inv_e).sum(-1))
+        out["g_linear"].append(linearised_sensitivity(a, v, t).sum(-1))
+        norm = top_eigenvalue(a, tol=1e-10, validate=False) / t
+        out["norm_mean"].append(norm.sum(-1))
+        out["norm_max"].append(norm.amax(-1))
+    return {k: torch.stack(v_) for k, v_ in out.items()}
+
+
+def sensitivity_profile(logit_blocks: Iterable[Tensor], temperatures=None, epsilons=(1e-3, 1e-1, 10.0),
+                        *, seed: int = 0, row_chunk: int | None = None,
+                        chunk_elements: int = 1 << 18) -> SensitivityProfile:
+    """Fig. 4's sweep over logit blocks (one per window): per-head means over rows and blocks.
+
+    Each block is [*H, R, L] (e.g. [layers, heads, rows, keys], masked keys ``-inf``; every block
+    the same ``*H``). One random unit direction per (head, row), drawn from ``seed``, is shared by
+    all T and eps (common random numbers). Rows are processed ``row_chunk`` at a time with the key
+    dimension cropped to the last visible key of the chunk, so causal rows cost what they see;
+    by default a chunk holds about ``chunk_elements`` logits (cache-sized: about twice as fast as
+    large chunks).
+    """
+    import time
+
+    start = time.perf_counter()
+    t = default_temperatures() if temperatures is None else _check_temperatures(temperatures)
+    e = _check_epsilons(epsilons)
+    gen = torch.Generator().manual_seed(int(seed))
+    acc = _Accumulator(t, e)
+    head_shape = None
+    for block in logit_blocks:
+        if block.dim() < 2:
+            raise ValueError("each logit block must be [..., rows, keys]")
+        if head_shape is None:
+            head_shape = block.shape[:-2]
+        elif block.shape[:-2] != head_shape:
+            raise ValueError(f"logit blocks differ in head shape: {tuple(block.shape[:-2])} vs "
+                             f"{tuple(head_shape)}")
+        directions = random_unit_directions(block, gen)
+        finite = torch.isfinite(block)
+        visible = finite.reshape(-1, *block.shape[-2:]).any(0)          # [R, L]
+        rows = block.shape[-2]
+        per_row = max(1, block[..., 0, :].numel())
+        step = row_chunk if row_chunk is not None else max(1, chunk_elements // per_row)
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            cols = visible[r0:r1].any(0).nonzero()
+            width = int(cols.max()) + 1 if cols.numel() else 1
+            sub = block[..., r0:r1, :width]
+            stats = _row_stats(sub, t, e, directions[..., r0:r1, :width])
+            for name, value in stats.items():
+                acc.add(name, value, reduce_max=(name == "norm_max"))
+        acc.rows += rows
+        acc.windows += 1
+    if head_shape is None:
+        raise ValueError("no logit blocks were given (need at least one window)")
+    n = acc.rows
+    s = acc.sums
+    return SensitivityProfile(temperatures=t, epsilons=e, g=s["g"] / n, g_linear=s["g_linear"] / n,
+                              norm_mean=s["norm_mean"] / n, norm_max=acc.maxes["norm_max"], rows=n, windows=acc.windows, seconds=time.perf_counter() - start)
+
+
+def default_rows(length: int, count: int = 64) -> Tensor:
+    """``count`` query positions evenly spaced over ``[length/count - 1, length - 1]`` (LongTensor).
+
+    An unbiased subsample of the paper's "every token t" average; position p sees p + 1 keys.
+    """
+    if length < 2:
+        raise ValueError(f"windows need at least 2 tokens (got L={length})")
+    count = max(1, min(int(count), length))
+    return torch.linspace(length / count - 1, length - 1, count).round().long().clamp(0, length - 1)
+
+
+def model_sensitivity(loaded, windows: Tensor, temperatures=None, epsilons=(1e-3, 1e-1, 10.0), *,
+                      rows: Tensor | Sequence[int] | None = None, row_count: int = 64,
+                      seed: int = 0) -> SensitivityProfile:
+    """Fig. 4 on a model: :func:`sensitivity_profile` over the logits of every window.
+
+    ``loaded`` is a :class:`normlimits.models.LoadedModel`, ``windows`` [W, L] token ids. Logits are
+    GPT-2's ``q.k / sqrt(d_head)`` (so T = 1 is the model's operating point) at query positions
+    ``rows`` (default :func:`default_rows` with ``row_count``), one forward pass per window.
+    Returns per-head statistics of shape [.., layers, heads]; ``seconds`` includes the forward passes.
+    """
+    import time
+
+    from normlimits import capture
+
+    start = time.perf_counter()
+    length = int(windows.shape[-1])
+    row_index = default_rows(length, row_count) if rows is None else torch.as_tensor(rows).long()
+
+    def blocks():
+        for cap in capture.iter_captures(loaded, windows):
+            yield cap.logits(row_index)
+
+    profile = sensitivity_profile(blocks(), temperatures, epsilons, seed=seed)
+    profile.seconds = time.perf_counter() - start
+    profile.extra["row_positions"] = row_index
+    return profile
+
+
+def loglog_slope(x, y, low: float | None = None, high: float | None = None) -> float:
+    """Least-squares slope of ``log y`` against ``log x`` over ``low <= x <= high`` (NaN if < 2 points).
+
+    ``x``, ``y``: 1-D, positive where used (non-positive ``y`` are skipped). A slope of -1 is a
+    ``1/T`` law; 0 is flat.
+    """
+    x = torch.as_tensor(x, dtype=torch.float64).reshape(-1)
+    y = torch.as_tensor(y, dtype=torch.float64).reshape(-1)
+    if x.shape != y.shape:
+        raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must have the same length")
+    keep = (x > 0) & (y > 0) & torch.isfinite(y)
+    if low is not None:
+        keep &= x >= low * (1 - 1e-9)
+    if high is not None:
+        keep &= x <= high * (1 + 1e-9)
+    if int(keep.sum()) < 2:
+        return float("nan")
+    lx, ly = x[keep].log(), y[keep].log()
+    lx = lx - lx.mean()
+    return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())

@@ -1,0 +1,351 @@
+"""Tests of normlimits.normalizers: every normaliser's defining properties, masks and gradients."""
+
+from __future__ import annotations
+
+import math
+
+import entmax
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from normlimits import normalizers as N
+from normlimits.normalizers import NORMALIZERS
+
+NAMES = list(NORMALIZERS)
+NEG_INF = float("-inf")
+
+
+def random_masked(rows=6, keys=9, seed=0, scale=2.0, causal=True):
+    """Float64 logits [rows, keys] with a causal-like mask: row r sees keys 0..(r mod keys)."""
+    gen = torch.Generator().manual_seed(seed)
+    z = scale * torch.randn(rows, keys, generator=gen, dtype=torch.float64)
+    if causal:
+        visible = torch.arange(keys)[None, :] <= (torch.arange(rows)[:, None] + 2) % keys
+        z = z.masked_fill(~visible, NEG_INF)
+    return z
+
+
+# ------------------------------------------------------------------------ slow references
+def sparsemax_reference(z: list[float]) -> list[float]:
+    """Sparsemax by the sort-based algorithm of Martins & Astudillo (2016), Algorithm 1, in loops."""
+    zs = sorted(z, reverse=True)
+    cumulative, k_max = 0.0, 0
+    for k, value in enumerate(zs, start=1):
+        cumulative += value
+        if 1 + k * value > cumulative:
+            k_max, tau_sum = k, cumulative
+    tau = (tau_sum - 1) / k_max
+    return [max(v - tau, 0.0) for v in z]
+
+
+def entmax15_reference(z: list[float]) -> list[float]:
+    """1.5-entmax by bisection on tau in plain Python: p_i = max(z_i/2 - tau, 0)^2, sum p = 1."""
+    half = [v / 2 for v in z]
+    lo, hi = max(half) - 1.0, max(half)
+    for _ in range(200):
+        tau = (lo + hi) / 2
+        total = sum(max(v - tau, 0.0) ** 2 for v in half)
+        if total > 1:
+            lo = tau
+        else:
+            hi = tau
+    tau = (lo + hi) / 2
+    return [max(v - tau, 0.0) ** 2 for v in half]
+
+
+def adaptive_reference(z: list[float]) -> list[float]:
+    """Velickovic et al.'s snippet, transcribed with numpy for one row (exact entropy)."""
+    x = np.array(z)
+    p = np.exp(x - x.max())
+    p /= p.sum()
+    entropy = float(-(p * np.log(p)).sum())
+    beta = max(np.polyval(N.VELICKOVIC_POLYNOMIAL, entropy), 1.0) if entropy > 0.5 else 1.0
+    q = np.exp(beta * (x - x.max()))
+    return list(q / q.sum())
+
+
+def sa_reference(z: list[float]) -> list[float]:
+    x = np.array(z)
+    p = np.exp(x - x.max())
+    p /= p.sum()
+    low, high = min(x.min(), 0.0), max(x.max(), 0.0)
+    return list((x - low) / (high - low) * p)
+
+
+# ------------------------------------------------------------------------------- the basics
+def test_registry_order_and_lookup():
+    assert NAMES[0] == "softmax"
+    assert set(NAMES) == {"softmax", "sparsemax", "entmax15", "ssmax", "softmax1", "adaptive",
+                          "sa-softmax"}
+    assert N.get_normalizer("sparsemax") is NORMALIZERS["sparsemax"]
+    assert N.get_normalizer(NORMALIZERS["ssmax"]) is NORMALIZERS["ssmax"]
+    with pytest.raises(KeyError, match="registered: softmax"):
+        N.get_normalizer("relu")
+
+
+def test_registry_entries_cite_the_bibliography():
+    from pathlib import Path
+
+    bib = (Path(__file__).resolve().parents[1] / "book" / "references.bib").read_text()
+    for nz in NORMALIZERS.values():
+        assert "{" + nz.cite + "," in bib, nz.cite
+        assert nz.formula and nz.label
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_masked_keys_get_exact_zeros(name):
+    z = random_masked()
+    w = NORMALIZERS[name](z)
+    assert torch.all(w[~torch.isfinite(z)] == 0)
+    assert torch.isfinite(w).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rows_sum_to_one_where_they_should(name):
+    nz = NORMALIZERS[name]
+    z = random_masked(rows=20, keys=30, seed=3)
+    total = nz(z).sum(-1)
+    if nz.sums_to_one:
+        assert torch.allclose(total, torch.ones_like(total), atol=1e-12)
+    else:
+        assert bool((total < 1).all()) and bool((total >= 0).all())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_mask_equals_normalising_the_visible_keys_alone(name):
+    """Masked keys are invisible: the visible part equals the normaliser on the sub-vector."""
+    nz = NORMALIZERS[name]
+    z = random_masked(rows=8, keys=12, seed=5)
+    w = nz(z)
+    for r in range(z.shape[0]):
+        vis = torch.isfinite(z[r])
+        assert torch.allclose(w[r, vis], nz(z[r, vis]), atol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dim_argument(name):
+    nz = NORMALIZERS[name]
+    z = random_masked(rows=5, keys=7, seed=2)
+    assert torch.allclose(nz(z.T.contiguous(), dim=0).T, nz(z, dim=-1), atol=1e-12)
+    z3 = z.reshape(5, 1, 7).expand(5, 3, 7)
+    assert torch.allclose(nz(z3)[:, 1], nz(z), atol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float32_inputs_work(name):
+    z = random_masked().float()
+    w = NORMALIZERS[name](z)
+    assert w.dtype == torch.float32
+    assert torch.allclose(w.double(), NORMALIZERS[name](z.double()), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_inputs_raise(name):
+    nz = NORMALIZERS[name]
+    with pytest.raises(ValueError, match="NaN or \\+inf"):
+        nz(torch.tensor([0.0, float("nan")]))
+    with pytest.raises(ValueError, match="NaN or \\+inf"):
+        nz(torch.tensor([0.0, float("inf")]))
+    with pytest.raises(ValueError, match="at least one visible"):
+        nz(torch.tensor([[0.0, 1.0], [NEG_INF, NEG_INF]]))
+
+
+def test_visible_count_and_bad_n():
+    z = random_masked(rows=4, keys=6)
+    counts = N.visible_count(z)
+    assert counts.shape == (4, 1)
+    assert torch.equal(counts.squeeze(-1), torch.isfinite(z).sum(-1).double())
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        N.scalable_softmax(z, n=0)
+
+
+def test_check_temperature_and_at_temperature():
+    with pytest.raises(ValueError, match="T must be > 0"):
+        N.check_temperature(0)
+    z = random_masked()
+    nz = NORMALIZERS["sparsemax"]
+    assert torch.allclose(nz.at_temperature(z, 0.5), nz(z / 0.5))
+    with pytest.raises(ValueError):
+        nz.at_temperature(z, -1.0)
+
+
+# ------------------------------------------------------------------------- each normaliser
+def test_softmax_matches_softmax_with_temperature():
+    z = random_masked()
+    assert torch.allclose(N.softmax(z), N.softmax_with_temperature(z), atol=0)
+
+
+@given(st.lists(st.floats(-20, 20), min_size=1, max_size=12))
+@settings(max_examples=150, deadline=None)
+def test_sparsemax_agrees_with_reference_and_entmax(values):
+    z = torch.tensor(values, dtype=torch.float64)
+    ours = N.sparsemax(z)
+    assert torch.allclose(ours, torch.tensor(sparsemax_reference(values), dtype=torch.float64),
+                          atol=1e-9)
+    assert torch.allclose(ours, entmax.sparsemax(z), atol=0)
+    assert torch.allclose(ours, entmax.sparsemax_bisect(z), atol=1e-6)
+    assert abs(float(ours.sum()) - 1) < 1e-12
+
+
+@given(st.lists(st.floats(-20, 20), min_size=1, max_size=12))
+@settings(max_examples=150, deadline=None)
+def test_entmax15_agrees_with_reference_and_bisection(values):
+    z = torch.tensor(values, dtype=torch.float64)
+    ours = N.entmax15(z)
+    assert torch.allclose(ours, torch.tensor(entmax15_reference(values), dtype=torch.float64),
+                          atol=1e-9)
+    assert torch.allclose(ours, entmax.entmax_bisect(z, alpha=1.5, n_iter=100), atol=1e-6)
+    assert abs(float(ours.sum()) - 1) < 1e-12
+
+
+def test_sparse_normalisers_give_exact_zeros_and_one_hot_rows():
+    z = torch.tensor([[3.0, 2.0, 1.5, -1.0], [5.0, 4.0, 3.0, 3.0], [1.0, 0.9, 0.8, 0.7]],
+                     dtype=torch.float64)
+    sp_w, ent_w = N.sparsemax(z), N.entmax15(z)
+    assert sp_w[0, 3] == 0 and ent_w[0, 3] == 0          # exact zeros below the threshold
+    assert torch.equal(sp_w[1], torch.tensor([1.0, 0, 0, 0], dtype=torch.float64))  # gap 1
+    assert 0.5 < float(ent_w[1, 0]) < 1                  # 1.5-entmax needs a gap of 2, not 1
+    assert bool((sp_w[2] > 0).all())                     # logits within 1: full support
+    # 1.5-entmax is one-hot once the top gap reaches 2
+    z2 = torch.tensor([6.0, 4.0, 3.9, -2.0], dtype=torch.float64)
+    assert torch.equal(N.entmax15(z2), torch.tensor([1.0, 0, 0, 0], dtype=torch.float64))
+
+
+@given(st.integers(1, 200), st.floats(0.0, 3.0))
+@settings(max_examples=60, deadline=None)
+def test_ssmax_is_softmax_of_scaled_logits(keys, s):
+    gen = torch.Generator().manual_seed(keys)
+    z = torch.randn(keys, generator=gen, dtype=torch.float64)
+    expected = torch.softmax(s * math.log(keys) * z, -1)
+    assert torch.allclose(N.scalable_softmax(z, s=s), expected, atol=1e-12)
+
+
+def test_ssmax_defaults_and_explicit_n():
+    z = random_masked(rows=40, keys=40, seed=1)
+    counts = torch.isfinite(z).sum(-1)
+    row = int((counts == 32).nonzero()[0])
+    assert torch.allclose(N.scalable_softmax(z[row]), torch.softmax(z[row], -1), atol=1e-12)
+    assert abs(N.ssmax_scale() - 1 / math.log(32)) < 1e-15
+    # n given explicitly overrides the count (broadcast per row)
+    n = torch.full((40, 1), 1024.0, dtype=torch.float64)
+    w = N.scalable_softmax(z, n=n)
+    factor = math.log(1024) / math.log(32)
+    assert torch.allclose(w, torch.softmax(factor * z, -1), atol=1e-12)
+    # n = 1: factor 0 -> uniform over the visible keys (no NaN from 0 * -inf)
+    w1 = N.scalable_softmax(z, n=1)
+    assert torch.allclose(w1, torch.softmax(torch.zeros_like(z).masked_fill(~torch.isfinite(z), NEG_INF), -1))
+    with pytest.raises(ValueError, match="s must be >= 0"):
+        N.scalable_softmax(z, s=-1.0)
+    with pytest.raises(ValueError, match="reference_length"):
+        N.scalable_softmax(z, reference_length=1)
+
+
+def test_softmax_one_equals_softmax_with_an_extra_zero_logit():
+    z = random_masked(rows=10, keys=8, seed=4, scale=5.0)
+    extended = torch.cat([z, torch.zeros(10, 1, dtype=torch.float64)], -1)
+    expected = torch.softmax(extended, -1)[:, :-1]
+    assert torch.allclose(N.softmax_one(z), expected, atol=1e-14)
+    # huge logits: no overflow, mass -> 1; very negative: mass -> 0
+    big = torch.tensor([800.0, 799.0, NEG_INF], dtype=torch.float64)
+    assert torch.allclose(N.softmax_one(big).sum(), torch.tensor(1.0, dtype=torch.float64))
+    small = torch.tensor([-800.0, -790.0], dtype=torch.float64)
+    assert float(N.softmax_one(small).sum()) < 1e-300 or float(N.softmax_one(small).sum()) == 0.0
+
+
+@given(st.lists(st.floats(-8, 8), min_size=1, max_size=40))
+@settings(max_examples=150, deadline=None)
+def test_adaptive_temperature_matches_the_snippet(values):
+    z = torch.tensor(values, dtype=torch.float64)
+    ours = N.adaptive_temperature_softmax(z)
+    assert torch.allclose(ours, torch.tensor(adaptive_reference(values), dtype=torch.float64),
+                          atol=1e-10)
+
+
+def test_adaptive_temperature_never_raises_entropy_and_is_softmax_when_sharp():
+    z = random_masked(rows=30, keys=50, seed=7, scale=1.0)
+    soft, ada = N.softmax(z), N.adaptive_temperature_softmax(z)
+
+    def entropy(w):
+        return -(torch.where(w > 0, w * w.clamp_min(1e-300).log(), torch.zeros_like(w))).sum(-1)
+
+    assert bool((entropy(ada) <= entropy(soft) + 1e-12).all())
+    sharp = torch.tensor([10.0, 0.0, -1.0], dtype=torch.float64)   # entropy < 0.5
+    assert torch.allclose(N.adaptive_temperature_softmax(sharp), torch.softmax(sharp, -1), atol=0)
+    h = torch.tensor([0.2, 0.6, 4.4, 7.0], dtype=torch.float64)
+    beta = N.adaptive_beta(h)
+    assert float(beta[0]) == 1.0 and float(beta[3]) == 1.0 and float(beta[2]) > 2.4
+
+
+@given(st.lists(st.floats(-10, 10), min_size=1, max_size=20))
+@settings(max_examples=150, deadline=None)
+def test_sa_softmax_matches_formula(values):
+    z = torch.tensor(values, dtype=torch.float64)
+    ours = N.self_adjusted_softmax(z)
+    if max(abs(v) for v in values) == 0:
+        assert torch.equal(ours, torch.zeros_like(z))
+        return
+    assert torch.allclose(ours, torch.tensor(sa_reference(values), dtype=torch.float64), atol=1e-12)
+    assert bool((ours >= 0).all()) and float(ours.sum()) <= 1 + 1e-12
+    plain = N.self_adjusted_softmax(z, normalized=False)
+    assert torch.allclose(plain, z * torch.softmax(z, -1), atol=1e-12)
+
+
+# --------------------------------------------------------------------------------- gradients
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_finite_and_zero_at_masked_keys(name):
+    z = random_masked(rows=7, keys=9, seed=11).requires_grad_(True)
+    w = NORMALIZERS[name](z)
+    gen = torch.Generator().manual_seed(0)
+    (w * torch.randn(w.shape, generator=gen, dtype=torch.float64)).sum().backward()
+    assert torch.isfinite(z.grad).all()
+    assert torch.all(z.grad[~torch.isfinite(z.detach())] == 0)
+
+
+@pytest.mark.parametrize("name", ["softmax", "ssmax", "softmax1", "adaptive", "sa-softmax"])
+def test_forward_mode_gradients_finite(name):
+    z = random_masked(rows=7, keys=9, seed=12)
+    tangent = torch.where(torch.isfinite(z), torch.randn_like(z), torch.zeros_like(z))
+    _, jv = torch.func.jvp(NORMALIZERS[name], (z,), (tangent,))
+    assert torch.isfinite(jv).all()
+    assert torch.all(jv[~torch.isfinite(z)] == 0)
+
+
+@pytest.mark.parametrize("name", ["softmax", "ssmax", "softmax1", "adaptive", "sa-softmax",
+                                  "sparsemax", "entmax15"])
+def test_gradcheck_away_from_kinks(name):
+    # distinct logits, entropy away from the adaptive threshold, no ties at SA's min/max,
+    # no logit at a sparsemax/entmax threshold
+    z = torch.tensor([[1.3, -0.4, 0.25, 0.9, -1.7]], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(NORMALIZERS[name], (z,), eps=1e-6, atol=1e-5)
+
+
+# ------------------------------------------------------------ Lemma 1 on bounded logits (proofs)
+@given(st.integers(2, 400), st.floats(0.05, 3.0), st.integers(0, 10_000))
+@settings(max_examples=80, deadline=None)
+def test_non_escaping_normalisers_obey_a_one_over_l_bound(keys, bound, seed):
+    """softmax_1, SA-softmax and adaptive T keep every weight below e^{2 B a} / L (B = 1 or
+    the polynomial's maximum 2.4214), the chapter's proofs that they do not escape Lemma 1."""
+    gen = torch.Generator().manual_seed(seed)
+    z = (2 * torch.rand(keys, generator=gen, dtype=torch.float64) - 1) * bound
+    cap = math.exp(2 * bound) / keys
+    assert float(N.softmax_one(z).max()) <= cap * (1 + 1e-12)
+    assert float(N.self_adjusted_softmax(z).max()) <= cap * (1 + 1e-12)
+    assert float(N.adaptive_temperature_softmax(z).max()) <= math.exp(2 * 2.4214 * bound) / keys * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("keys", [10, 100, 1000, 10_000])
+def test_escaping_normalisers_keep_a_constant_top_weight(keys):
+    """One logit at +a, the rest at -a (|z| <= a): sparsemax/entmax one-hot for a >= 1/2, 1
+    (a = 1.25 here: at entmax's boundary gap of exactly 2, round-off leaves weights ~5e-32);
+    SSMax's top weight is 1 / (1 + (L-1) L^{-2 s a})."""
+    a = 1.25
+    z = torch.full((keys,), -a, dtype=torch.float64)
+    z[0] = a
+    for w in (N.sparsemax(z), N.entmax15(z)):
+        assert abs(float(w[0]) - 1.0) < 1e-12 and bool((w[1:] == 0).all())   # one-hot
+    s = 1 / math.log(32)
+    expected = 1 / (1 + (keys - 1) * keys ** (-2 * s * a))
+    assert abs(float(N.scalable_softmax(z)[0]) - expected) < 1e-12

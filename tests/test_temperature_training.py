@@ -1,0 +1,181 @@
+"""Tests for training at temperature: the temperature mechanism (stock model at T = 1, causality,
+the weights' form under eager and sdpa), the measurements, and the cached study."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import pytest
+import torch
+
+from normlimits import temperature_training as TT
+from normlimits.capture import capture_batch
+from normlimits.models import LoadedModel, byte_encode
+
+TINY = dict(n_positions=32, n_embd=32, n_layer=2, n_head=4)
+
+
+def tiny(temperature: float, seed: int = 0):
+    return TT.make_temperature_model(temperature, seed, **TINY).eval()
+
+
+def stock_copy(model):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(**{**TT.TR_CONFIG, **TINY}, attn_implementation="eager")
+    stock = GPT2LMHeadModel(config).eval()
+    stock.load_state_dict(model.state_dict())
+    return stock
+
+
+def ids(batch=2, length=24, seed=0):
+    return torch.randint(0, 256, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def test_temperature_one_is_the_stock_model_exactly():
+    model = tiny(1.0)
+    stock = stock_copy(model)
+    x = ids()
+    with torch.no_grad():
+        assert torch.equal(model(x).logits, stock(x).logits)
+        out_t, out_s = model(x, output_attentions=True), stock(x, output_attentions=True)
+    for a, b in zip(out_t.attentions, out_s.attentions):
+        assert torch.equal(a, b)
+
+
+def test_same_seed_same_weights_whatever_the_temperature():
+    a, b = tiny(0.1), tiny(3.0)
+    for (na, pa), (nb, pb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert na == nb and torch.equal(pa, pb)
+    assert TT.model_temperature(a) == pytest.approx(0.1) and TT.model_temperature(b) == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("temperature", [0.1, 0.3, 3.0])
+def test_weights_are_softmax_of_logits_over_t_and_causal(temperature):
+    model = tiny(temperature)
+    x = ids()
+    with torch.no_grad():
+        out = model(x, output_attentions=True)
+    loaded = LoadedModel(model=model, name="tiny", source="test", encode=byte_encode,
+                         tokenizer_kind="bytes", is_paper_model=False)
+    cap = capture_batch(loaded, x)                       # raw q, k of every layer, as the model computes them
+    d = cap.queries.shape[-1]
+    raw = cap.queries @ cap.keys.transpose(-1, -2) / math.sqrt(d)
+    future = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1)
+    expected = torch.softmax(raw.masked_fill(future, float("-inf")) / temperature, -1)
+    got = torch.stack(out.attentions, 1)                 # [B, layers, H, L, L]
+    assert torch.allclose(got, expected, atol=2e-6)
+    assert float(got.triu(1).abs().max()) == 0.0         # no weight on future keys
+    # the capture's own logits carry the model's scaling, 1/(sqrt(d) T)
+    assert torch.allclose(torch.softmax(cap.logits(), -1), expected, atol=2e-6)
+
+
+@pytest.mark.parametrize("temperature", [0.1, 3.0])
+def test_future_tokens_do_not_change_the_past(temperature):
+    model = tiny(temperature)
+    x = ids(length=30)
+    later = x.clone()
+    later[:, 15:] = (later[:, 15:] + 11) % 256
+    with torch.no_grad():
+        assert torch.equal(model(x).logits[:, :15], model(later).logits[:, :15])
+        assert not torch.equal(model(x).logits[:, 15:], model(later).logits[:, 15:])
+
+
+def test_temperature_changes_the_output_and_survives_the_sdpa_kernel():
+    model = tiny(0.2)
+    x = ids()
+    with torch.no_grad():
+        eager = model(x).logits
+        model.set_attn_implementation("sdpa")
+        sdpa = model(x).logits
+        model.set_attn_implementation("eager")
+        TT.set_temperature(model, 1.0)
+        at_one = model(x).logits
+    assert torch.allclose(eager, sdpa, atol=1e-5)
+    assert not torch.allclose(eager, at_one, atol=1e-3)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_bad_temperature_is_a_clear_error(bad):
+    with pytest.raises(ValueError, match="temperature T must be > 0"):
+        TT.make_temperature_model(bad, **TINY)
+    with pytest.raises(ValueError, match="temperature T must be > 0"):
+        TT.set_temperature(tiny(1.0), bad)
+
+
+def test_attention_gradient_norms_match_a_direct_computation():
+    model = tiny(0.5)
+    model.train()
+    x = ids()
+    logits = model(input_ids=x).logits
+    torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1)).backward()
+    norms = TT.attention_gradient_norms(model)
+    width = model.config.n_embd
+    q = math.sqrt(sum(float(b.attn.c_attn.weight.grad[:, :width].pow(2).sum()) for b in model.transformer.h))
+    o = math.sqrt(sum(float(b.attn.c_proj.weight.grad.pow(2).sum()) for b in model.transformer.h))
+    total = math.sqrt(sum(float(p.grad.pow(2).sum()) for p in model.parameters()))
+    assert norms["q"] == pytest.approx(q, rel=1e-6) and norms["o"] == pytest.approx(o, rel=1e-6)
+    assert norms["total"] == pytest.approx(total, rel=1e-6)
+    assert norms["attention"] == pytest.approx(math.sqrt(sum(norms[k] ** 2 for k in "qkvo")), rel=1e-9)
+
+
+def test_attention_probe_respects_the_jacobian_bound():
+    for t in (0.05, 1.0):
+        model = tiny(t)
+        stats = TT.attention_probe(model, ids(length=32), rows=8)
+        assert set(stats) == {"entropy", "max_weight", "jacobian_norm", "logit_std"}
+        assert all(math.isfinite(v) for v in stats.values())
+        assert 0 < stats["jacobian_norm"] <= 1 / (2 * t)
+        assert 0 <= stats["entropy"] <= math.log(32)
+
+
+def test_plateau_step_and_running_mean():
+    losses = [4.0] * 30 + [3.0] * 30
+    assert TT.plateau_step(losses, 3.5, margin=0.1, window=5) == 33  # mean of 4 threes + a four
+    assert TT.plateau_step([4.0] * 40, 3.5) is None
+    assert TT.plateau_step([1.0] * 3, 3.5) is None
+    assert TT.running_mean([1, 2, 3, 4], 2) == pytest.approx([1, 1.5, 2.5, 3.5])
+    with pytest.raises(ValueError):
+        TT.running_mean([1.0], 0)
+
+
+def _toy_corpus():
+    from normlimits.corpus import Corpus
+
+    text = ("It was in July 1805, and the speaker was the well-known Anna Pavlovna Scherer. " * 200)
+    return Corpus(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), source="test")
+
+
+def test_train_at_temperature_is_deterministic_and_keeps_t():
+    corpus = _toy_corpus()
+    from normlimits.standin import byte_tokens, split_corpus
+
+    train_ids, held = split_corpus(byte_tokens(corpus.text))
+    kwargs = dict(steps=6, positions=32, batch=2, probe_every=3, config_overrides=TINY)
+    a = TT.train_at_temperature(0.3, train_ids, held, **kwargs)
+    b = TT.train_at_temperature(0.3, train_ids, held, **kwargs)
+    c = TT.train_at_temperature(1.0, train_ids, held, **kwargs)
+    assert a.losses == b.losses and a.losses != c.losses
+    assert len(a.losses) == 6 and all(len(v) == 6 for v in a.grad_norms.values())
+    assert a.probe_steps == [0, 3, 6]
+    assert math.isfinite(a.held_out_bits) and math.isfinite(a.bigram_bits)
+
+
+def test_temperature_study_is_cached_atomically(isolated_cache, monkeypatch):
+    corpus = _toy_corpus()
+    monkeypatch.setattr(TT, "TR_CONFIG", {**TT.TR_CONFIG, **TINY})
+    first = TT.temperature_study(corpus, (0.5, 2.0), steps=4, positions=32, batch=2)
+    assert not first.from_cache and first.temperatures == [0.5, 2.0]
+    files = list((isolated_cache / "temperature-training").iterdir())
+    assert not [f for f in files if f.name.startswith(".tmp-")]
+    second = TT.temperature_study(corpus, (0.5, 2.0), steps=4, positions=32, batch=2)
+    assert second.from_cache and second.path == first.path
+    assert [r.losses for r in second.runs] == [r.losses for r in first.runs]
+    assert json.loads(open(first.path).read())["recipe"]["steps"] == 4
+    assert second.run(2.0).temperature == 2.0
+    with pytest.raises(KeyError):
+        second.run(1.0)
+    with pytest.raises(ValueError, match="temperature"):
+        TT.temperature_study(corpus, (0.0,), steps=4)
