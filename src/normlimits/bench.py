@@ -16,10 +16,11 @@ workload and every L: each workload is a function that consumes an iterable of w
 :class:`Lockstep` runner feeds every capture to each workload in turn, one window at a time. So
 the forward pass runs once per window, the workloads stream their statistics (memory is flat in
 the window count: at most the current and the previous window's capture are alive), and the
-timings separate cleanly. Every workload consumes the window's query row ``L - 1`` for every L of
-its grid (the causality trick, design section 7) or a fixed set of query rows; nothing is
+timings separate cleanly. The distance workloads read the query row ``L - 1`` of the window for
+every L of their grids (the causality trick, design section 7), the gradient workload 64 evenly
+spaced rows and the separability workload every row, with the grids the chapters use; nothing is
 recomputed per L or per N. The paper's Algorithms 1-5 average over every query position ``t``
-of every L instead; see :data:`WORKLOADS` for what each row here measures.
+of every L instead; :data:`WORKLOADS` says what each row here measures.
 
 How the time is attributed
 --------------------------
@@ -33,6 +34,9 @@ How the time is attributed
   ``metric_seconds`` the sum over workloads, ``seconds`` the wall time of the whole loop (forward,
   metrics and hand-overs; the model load is reported apart as ``setup_seconds``).
 - ``metric_over_forward`` is ``metric_seconds / forward_seconds`` (the target is at most 1).
+- ``metric_cpu_seconds`` (and ``forward_cpu_seconds`` in the total row): the process's CPU time
+  (all threads) over the same stretches. On a machine shared with other jobs the wall times
+  inflate; CPU time much less so, and CPU time / threads estimates the unshared wall time.
 - ``peak_rss_bytes``: the peak resident set size while the workload ran (Linux: the kernel's
   high-water mark, reset before each slice through ``/proc/self/clear_refs``; elsewhere the
   process's lifetime peak from ``resource``). The total row holds the whole process's peak
@@ -421,8 +425,10 @@ class Lockstep:
         self._consumers = {k: _Consumer(k, fn) for k, fn in consumers.items()}
         self.memory = memory or PeakMemory()
         self.metric_seconds = {k: 0.0 for k in self.names}
+        self.metric_cpu_seconds = {k: 0.0 for k in self.names}
         self.peak_rss = {k: 0 for k in self.names}
         self.produce_seconds = 0.0
+        self.produce_cpu_seconds = 0.0
         self.produce_peak_rss = 0
         self.items = 0
         self.results: dict[str, Any] = {}
@@ -432,9 +438,10 @@ class Lockstep:
         if consumer.finished:
             return
         self.memory.reset()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         consumer.step(item)
         self.metric_seconds[name] += time.perf_counter() - start
+        self.metric_cpu_seconds[name] += time.process_time() - cpu
         self.peak_rss[name] = max(self.peak_rss[name], self.memory.peak())
 
     def run(self, produce: Iterable) -> dict[str, Any]:
@@ -446,12 +453,13 @@ class Lockstep:
         try:
             while True:
                 self.memory.reset()
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 try:
                     item = next(source)
                 except StopIteration:
                     break
                 self.produce_seconds += time.perf_counter() - start
+                self.produce_cpu_seconds += time.process_time() - cpu
                 self.produce_peak_rss = max(self.produce_peak_rss, self.memory.peak())
                 self.items += 1
                 for name in self.names:
@@ -574,6 +582,7 @@ def bench_rows(lockstep: Lockstep, workloads: Sequence[Workload], *, loaded, win
             "forward_seconds": forward,
             "metric_seconds": metric,
             "shared_seconds": metric + share,
+            "metric_cpu_seconds": lockstep.metric_cpu_seconds[w.name],
             "metric_over_forward": metric / forward if forward > 0 else math.inf,
             "peak_rss_bytes": int(max(lockstep.peak_rss[w.name], lockstep.produce_peak_rss)),
             "own_peak_rss_bytes": int(lockstep.peak_rss[w.name]),
@@ -592,6 +601,8 @@ def bench_rows(lockstep: Lockstep, workloads: Sequence[Workload], *, loaded, win
         "forward_seconds": forward,
         "metric_seconds": metric_total,
         "shared_seconds": forward + metric_total,
+        "forward_cpu_seconds": lockstep.produce_cpu_seconds,
+        "metric_cpu_seconds": sum(lockstep.metric_cpu_seconds[w.name] for w in workloads),
         "metric_over_forward": metric_total / forward if forward > 0 else math.inf,
         "peak_rss_bytes": int(lockstep.memory.overall()),
         "run_peak_rss_bytes": int(max([lockstep.produce_peak_rss,
@@ -682,6 +693,10 @@ def format_table(rows: list[dict]) -> str:
     notes = ("Per workload, 'ours' = the shared forward passes (charged in full to each "
              "workload) + its own metrics;\nthe total row charges the forward passes once and "
              f"is the loop's wall time (model load {total.get('setup_seconds', 0):.1f} s apart).")
+    if "forward_cpu_seconds" in total:
+        notes += (f"\nCPU time (all threads): forward {total['forward_cpu_seconds']:.1f} s, "
+                  f"metrics {total['metric_cpu_seconds']:.1f} s; on a machine shared with other "
+                  f"jobs, CPU time / {total['threads']} threads estimates the unshared wall time.")
     return f"{head}\n{body}\n{notes}"
 
 

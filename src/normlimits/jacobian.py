@@ -511,8 +511,12 @@ def loglog_slope(x, y, low: float | None = None, high: float | None = None) -> f
     ``x``, ``y``: 1-D, positive where used (non-positive ``y`` are skipped). A slope of -1 is a
     ``1/T`` law; 0 is flat.
     """
-    x = torch.as_tensor(x, dtype=torch.float64).reshape(-1)
-    y = torch.as_tensor(y, dtype=torch.float64).reshape(-1)
+    def as_vector(values) -> Tensor:
+        if isinstance(values, Tensor):
+            return values.detach().to(torch.float64).reshape(-1)
+        return torch.tensor([float(v) for v in values], dtype=torch.float64)
+
+    x, y = as_vector(x), as_vector(y)
     if x.shape != y.shape:
         raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must have the same length")
     keep = (x > 0) & (y > 0) & torch.isfinite(y)

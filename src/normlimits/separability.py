@@ -22,16 +22,19 @@ are harmless: a zero-weight token sits at distance ||s|| whether selected or not
 
 Vectorisation. One partial sort (``topk`` with K = max N) per row serves every N of the grid:
 
-- ``s_N`` are prefix sums of the sorted ``alpha_k x_k`` (cumulative sums, one per row);
-- every distance comes from the expansion ``||alpha_j x_j - s||^2 = ||s||^2 + alpha_j (alpha_j
-  ||x_j||^2 - 2 <x_j, s>)``; the inner products with all keys are one matrix product
-  ``[rows * G, d] @ [d, keys]`` per head and row chunk (keys limited to the chunk's causal range);
-- distances of the top-K keys to every ``s_N`` come from one small batched product and serve
-  both the selected tokens (rank < N) and the non-selected ranks N..K-1;
-- the remaining keys (rank >= K) are non-selected for every N of the grid.
+- ``s_N`` are prefix sums of the sorted ``alpha_k x_k``, for the whole grid one batched product
+  ``[G, K] @ [K, d]`` per row (the [G, K] matrix holds the sorted weights below rank N);
+- every distance comes from the expansion ``||alpha_j x_j - s||^2 = ||s||^2 + f_j`` with
+  ``f_j = alpha_j (alpha_j ||x_j||^2 - 2 <x_j, s>)``; the inner products with all keys are one
+  matrix product ``[rows * G, d] @ [d, keys]`` per block of heads and rows (keys limited to the
+  block's causal range); the top-K keys' ``f`` serve both the selected tokens (rank < N) and the
+  non-selected ranks N..K-1, and every other key (rank >= K) is non-selected for every N;
+- a selected token is inside when ``f_i < min_{j not selected} f_j``: the common ``||s||^2``
+  cancels exactly, so near-ties are decided without rounding the large term (single precision
+  is enough).
 
-No Python loop runs over tokens or N; the loop is over (layer, head) pairs and row chunks,
-which bounds memory at ``row_chunk * G * L`` floats.
+No Python loop runs over tokens or N; the loop is over blocks of (layer, head) pairs and of
+rows, which bounds memory at about ``block_elements`` floats per temporary.
 """
 
 from __future__ import annotations

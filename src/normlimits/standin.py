@@ -154,7 +154,8 @@ def train_language_model(model: torch.nn.Module, train_ids: torch.Tensor, phases
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     implementation = model.config._attn_implementation
-    model.set_attn_implementation("sdpa")  # same function, faster kernels for training
+    if implementation == "eager":  # same function, faster kernels; custom attention is kept
+        model.set_attn_implementation("sdpa")
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     total = sum(p.steps for p in phases)
@@ -196,7 +197,8 @@ def train_language_model(model: torch.nn.Module, train_ids: torch.Tensor, phases
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
     log.seconds = time.perf_counter() - start
-    model.set_attn_implementation(implementation)
+    if model.config._attn_implementation != implementation:
+        model.set_attn_implementation(implementation)
     model.eval()
     return log
 

@@ -267,10 +267,11 @@ def theorem2_bounds(top_weights: Tensor, n_grid, radius, *, sphere_radius: float
     Args:
         top_weights: [..., K] the selected weights in decreasing order (K >= max N).
         n_grid: the N values [G].
-        radius: r, a number or a tensor broadcastable to [..., G] (e.g. the measured radius).
+        radius: r, a number or a tensor [..., G] (e.g. the measured radius per row and N);
+            leading dims broadcast with those of ``top_weights``.
         sphere_radius: M. dim: d (the points' dimension).
         delta: minimum pairwise separation of the selected points (Assumption 2), a number or a
-            tensor broadcastable to [...] (the leading dims of ``top_weights``); optional.
+            tensor broadcasting with the leading dims; optional.
         failure: eta in [0, 1), a bound on P(separation fails) under the rejection model; the
             probabilistic terms are divided by 1 - eta (use 0 for independent points).
         sure_rtol: count a token in the sure bound only when xi^delta < r (1 - sure_rtol): a
@@ -289,10 +290,17 @@ def theorem2_bounds(top_weights: Tensor, n_grid, radius, *, sphere_radius: float
     if int(grid.max()) > k:
         raise ValueError(f"top_weights hold {k} ranks but the grid asks for N = {int(grid.max())}.")
     a = top_weights.to(torch.float64)
-    lead = a.shape[:-1]
-    r_all = torch.broadcast_to(torch.as_tensor(radius, dtype=torch.float64), (*lead, len(grid)))
-    dl = None if delta is None else torch.broadcast_to(
-        torch.as_tensor(delta, dtype=torch.float64), lead)
+    r_t = torch.as_tensor(radius, dtype=torch.float64)
+    d_t = None if delta is None else torch.as_tensor(delta, dtype=torch.float64)
+    try:
+        lead = torch.broadcast_shapes(a.shape[:-1], r_t.shape[:-1] if r_t.dim() else (),
+                                      d_t.shape if d_t is not None else ())
+    except RuntimeError:
+        raise ValueError(f"top_weights {tuple(a.shape)}, radius {tuple(r_t.shape)} and delta "
+                         "do not broadcast: radius must be [..., G] or a number, delta [...].") from None
+    a = a.expand(*lead, k)
+    r_all = torch.broadcast_to(r_t, (*lead, len(grid)))
+    dl = None if d_t is None else torch.broadcast_to(d_t, lead)
     scale = 1.0 / (1.0 - failure)
     parts = [_terms_one_n(a[..., :n], r_all[..., g], float(sphere_radius), dim, dl, scale, sure_rtol)
              for g, n in enumerate(grid.tolist())]
