@@ -42,6 +42,10 @@ def test_lockstep_feeds_every_item_to_every_consumer_in_order():
     assert step.items == 5
     assert set(step.metric_seconds) == {"a", "b"}
     assert all(v >= 0 for v in step.metric_seconds.values())
+    assert all(len(step.item_seconds[k]) == 5 for k in "ab")
+    assert len(step.produce_item_seconds) == 5
+    for k in "ab":
+        assert abs(sum(step.item_seconds[k]) + step.final_seconds[k] - step.metric_seconds[k]) < 1e-9
 
 
 def test_lockstep_runs_one_consumer_at_a_time():
@@ -195,6 +199,10 @@ def test_rows_and_fields(small_run):
         assert r["peak_rss_bytes"] > 0 and r["paper_seconds"] > 0
         assert math.isclose(r["speedup"], r["paper_seconds"] / r["seconds"])
         assert r["windows"] == 2 and r["length"] == 48 and r["model"] == "tiny"
+    for r in rows[:-1]:
+        assert len(r["metric_seconds_by_window"]) == 2
+        assert r["metric_seconds"] >= sum(r["metric_seconds_by_window"]) - 1e-9
+    assert len(rows[-1]["forward_seconds_by_window"]) == 2
     total = result.total
     work = rows[:-1]
     assert math.isclose(total["metric_seconds"], sum(r["metric_seconds"] for r in work))

@@ -21,8 +21,9 @@ The yardsticks, each reusing the metric of the chapter that introduced it:
      so the norm is exactly ``1/T`` when the support has at least 2 keys and 0 otherwise;
    - 1.5-entmax: ``(diag(g) - g g^T / sum g) / T`` with ``g = sqrt(p)`` on the support, equal to
      ``sum(g) (diag(b) - b b^T) / T`` with ``b = g / sum g``: ``top_eigenvalue`` again;
-   - softmax_1: ``(diag(a) - a a^T) / T`` with rows summing to less than 1: top eigenvalue of the
-     secular equation ``sum_i a_i^2 / (a_i - lambda) = 1`` on ``(a_(2), a_(1))``, by bisection;
+   - softmax_1: ``(diag(a) - a a^T) / T`` with rows summing to less than 1: top eigenvalue from
+     the secular equation ``sum_i a_i^2 / (a_i - lambda) = 1`` on ``(a_(2), a_(1))``
+     (:func:`substochastic_top_eigenvalue`, safeguarded Newton);
    - adaptive temperature and SA-softmax (no closed form for the norm): Lanczos on ``J^T J``
      with closed-form products ``J v`` and ``J^T u`` (:func:`jacobian_products`; tested against
      forward- and reverse-mode autograd), never forming J; a lower bound converging from below.
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
@@ -94,34 +95,46 @@ def row_statistics(weights: Tensor, logits: Tensor) -> dict[str, Tensor]:
 
 
 # =============================================================================== yardstick 4
-def substochastic_top_eigenvalue(weights: Tensor, iterations: int = 200) -> Tensor:
+def substochastic_top_eigenvalue(weights: Tensor, iterations: int = 100) -> Tensor:
     """Largest eigenvalue of ``diag(a) - a a^T`` for non-negative rows ``a`` with ``sum a <= 1``.
 
     (:func:`normlimits.jacobian.top_eigenvalue` covers rows that sum to exactly 1; softmax_1's
     rows sum to less.) Interlacing puts the eigenvalue in ``[a_(2), a_(1)]``: ``a_(1)`` at a tie,
-    else the root of the increasing secular function ``sum_i a_i^2 / (a_i - lambda) - 1``,
-    found by bisection to a relative 1e-13. Shapes: [..., L] -> [...] float64.
+    else the root of the increasing secular function ``f(lambda) = sum_i a_i^2 / (a_i - lambda)
+    - 1`` on ``(a_(2), a_(1))``, found by Newton's method safeguarded by bisection (the bracket
+    shrinks every step) to a relative 1e-14. Subnormal weights count as 0 (error < 1e-307).
+    Shapes: [..., L] -> [...] float64.
     """
     a = weights.to(DTYPE)
     if bool((a < 0).any()) or bool((a.sum(-1) > 1 + 1e-9).any()):
         raise ValueError("rows must be non-negative with sum <= 1 (softmax_1 weights)")
+    a = a.masked_fill(a < torch.finfo(DTYPE).tiny, 0.0)
     if a.shape[-1] == 1:
         return (a * (1 - a)).squeeze(-1)
     top = a.topk(2, dim=-1).values
     lo, hi = top[..., 1].clone(), top[..., 0].clone()
-    tie = hi - lo <= 0
+    solve = hi > lo
+    lam = 0.5 * (lo + hi)
+    positive = a > 0
+    sq = a * a
     for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        diff = a - mid.unsqueeze(-1)
-        terms = torch.where(a > 0, a * a / torch.where(diff == 0, torch.ones_like(diff), diff),
-                            torch.zeros_like(a))
-        terms = torch.where((diff == 0) & (a > 0), torch.full_like(a, float("inf")), terms)
-        positive = terms.sum(-1) - 1 > 0
-        hi = torch.where(positive, mid, hi)
-        lo = torch.where(positive, lo, mid)
-        if bool(((hi - lo) <= 1e-13 * hi.abs().clamp_min(1e-300)).all()):
+        diff = a - lam.unsqueeze(-1)
+        ok = positive & (diff != 0)
+        safe = torch.where(ok, diff, torch.ones_like(diff))
+        terms = torch.where(ok, sq / safe, torch.zeros_like(a))
+        f = terms.sum(-1) - 1
+        fp = torch.where(ok, terms / safe, torch.zeros_like(a)).sum(-1)
+        above = f > 0
+        hi = torch.where(above, lam, hi)
+        lo = torch.where(above, lo, lam)
+        newton = lam - f / fp.clamp_min(1e-300)
+        inside = (newton > lo) & (newton < hi)
+        new = torch.where(inside, newton, 0.5 * (lo + hi))
+        done = ~solve | ((new - lam).abs() <= 1e-14 * new.abs()) | (hi - lo <= 1e-14 * hi)
+        lam = torch.where(solve, new, lam)
+        if bool(done.all()):
             break
-    return torch.where(tie, top[..., 0], 0.5 * (lo + hi))
+    return torch.where(solve, lam, top[..., 0])
 
 
 def exact_jacobian(name: str | Normalizer, logits: Tensor, temperature: float = 1.0,
@@ -315,36 +328,39 @@ def lanczos_norm(name: str | Normalizer, logits: Tensor, temperature: float = 1.
     visible = visible_mask(x)
     jv_fn, jtu_fn = jacobian_products(name, x, temperature, n, method=method)
     length = x.shape[-1]
+    lead = x.shape[:-1]
     gen = torch.Generator().manual_seed(int(seed))
     q = torch.randn(x.shape, dtype=DTYPE, generator=gen)
     q = torch.where(visible, q, torch.zeros_like(q))
-    q = q / q.norm(dim=-1, keepdim=True)
+    q = (q / q.norm(dim=-1, keepdim=True)).reshape(-1, length)
+    rows = q.shape[0]
     steps = max(1, min(int(steps), length))
-    basis: list[Tensor] = []
-    alphas: list[Tensor] = []
-    betas: list[Tensor] = []
-    tiny = 1e-13
+    basis = torch.zeros(rows, steps, length, dtype=DTYPE)
+    alphas = torch.zeros(rows, steps, dtype=DTYPE)
+    betas = torch.zeros(rows, max(steps - 1, 1), dtype=DTYPE)
+    scale = None
     for j in range(steps):
-        basis.append(q)
-        w = jtu_fn(jv_fn(q))                                      # J^T J q
-        alphas.append((w * q).sum(-1))
-        stacked = torch.stack(basis, dim=-2)                      # [..., j+1, L]
-        for _ in range(2):                                        # full reorthogonalisation
-            w = w - ((stacked * w.unsqueeze(-2)).sum(-1, keepdim=True) * stacked).sum(-2)
-        b = w.norm(dim=-1)
+        basis[:, j] = q
+        w = jtu_fn(jv_fn(q.reshape(x.shape))).reshape(rows, length)        # J^T J q
+        alphas[:, j] = (w * q).sum(-1)
+        if scale is None:
+            scale = alphas[:, 0].abs().clamp_min(1e-300)
+        span = basis[:, : j + 1]                                          # [rows, j+1, L]
+        for _ in range(2):                                                # full reorthogonalisation
+            coef = torch.bmm(span, w.unsqueeze(-1))                       # [rows, j+1, 1]
+            w = w - torch.bmm(coef.transpose(1, 2), span).squeeze(1)
         if j == steps - 1:
             break
-        scale = alphas[0].abs().clamp_min(1e-300)
-        alive = b > tiny * scale
-        betas.append(torch.where(alive, b, torch.zeros_like(b)))
+        b = w.norm(dim=-1)
+        alive = b > 1e-13 * scale
+        betas[:, j] = torch.where(alive, b, torch.zeros_like(b))
         q = torch.where(alive.unsqueeze(-1), w / b.clamp_min(1e-300).unsqueeze(-1), torch.zeros_like(w))
-    k = len(alphas)
-    tri = torch.diag_embed(torch.stack(alphas, dim=-1))
-    if betas:
-        off = torch.diag_embed(torch.stack(betas, dim=-1), offset=1)
+    tri = torch.diag_embed(alphas)
+    if steps > 1:
+        off = torch.diag_embed(betas[:, : steps - 1], offset=1)
         tri = tri + off + off.transpose(-1, -2)
-    top = torch.linalg.eigvalsh(tri)[..., -1] if k > 1 else tri[..., 0, 0]
-    return top.clamp_min(0.0).sqrt()
+    top = torch.linalg.eigvalsh(tri)[..., -1]
+    return top.clamp_min(0.0).sqrt().reshape(lead)
 
 
 def jacobian_norm(name: str | Normalizer, logits: Tensor, temperature: float = 1.0, n=None, *,
@@ -420,7 +436,9 @@ class YardstickConfig:
     gradient yardstick; ``jacobian_rows``: query positions for it; ``lanczos_steps``: Lanczos
     steps for the norms without a closed form; ``sphere_radius``: M
     for separability (value vectors projected on the sphere of radius M); ``jacobian_windows``:
-    how many of the first windows enter the gradient yardstick (it is the costly one).
+    how many of the first windows enter the gradient yardstick (it is the costly one);
+    ``reference_temperatures``: a fine T grid on which softmax's (selectivity, norm) curve is
+    traced for :meth:`YardstickResults.decoupling` (exact norms, cheap).
     """
 
     lengths: tuple[int, ...]
@@ -431,6 +449,8 @@ class YardstickConfig:
     lanczos_steps: int = 32
     sphere_radius: float = 1.0
     jacobian_windows: int = 2
+    reference_temperatures: tuple[float, ...] = tuple(
+        float(t) for t in torch.logspace(-2.5, 1.5, 81, dtype=torch.float64))
 
     @classmethod
     def for_window(cls, length: int, *, rows: int = 16, jacobian_rows: int = 8,
@@ -475,9 +495,25 @@ def _norms_over_temperatures(nz: Normalizer, logits: Tensor, config: YardstickCo
     if nz.key in EXACT_JACOBIANS:
         return torch.stack([jacobian_norm(nz, logits, t) for t in config.temperatures])
     shape = (-1,) + (1,) * logits.dim()
-    stacked = logits.unsqueeze(0) / temps.reshape(shape)
-    norms = lanczos_norm(nz, stacked, 1.0, steps=config.lanczos_steps)
+    stacked = logits.unsqueeze(0) / temps.reshape(shape)                 # [nT, ..., R, L]
+    # one row at a time, cropped to the keys it sees (causal rows waste no work on masked keys)
+    visible = torch.isfinite(stacked).reshape(-1, *stacked.shape[-2:]).any(0)   # [R, L]
+    parts = []
+    for r in range(stacked.shape[-2]):
+        width = int(visible[r].nonzero().max()) + 1
+        parts.append(lanczos_norm(nz, stacked[..., r, :width], 1.0, steps=config.lanczos_steps))
+    norms = torch.stack(parts, dim=-1)
     return norms / temps.reshape((-1,) + (1,) * (norms.dim() - 1))
+
+
+def _softmax_curve(logits: Tensor, temperatures: Sequence[float]) -> tuple[Tensor, Tensor]:
+    """Softmax's mean exact Jacobian norm and mean largest weight over rows, per T: 2 x [nT, ...]."""
+    norms, sel = [], []
+    for t in temperatures:
+        w = torch.softmax(logits / t, -1)
+        norms.append(jacobian_norm("softmax", logits, t).mean(-1))
+        sel.append(w.amax(-1).mean(-1))
+    return torch.stack(norms), torch.stack(sel)
 
 
 def measure_window(capture, normalizers: Sequence[str | Normalizer], config: YardstickConfig,
@@ -493,7 +529,11 @@ def measure_window(capture, normalizers: Sequence[str | Normalizer], config: Yar
       the main term of its random-subset expectation; ``top_n_mass`` likewise;
     - ``separability`` [layers, heads, n]: mean over rows of ``N_s / N``;
     - ``jacobian`` [nT, layers, heads]: mean over ``config.jacobian_rows`` of the spectral norm;
-      ``jacobian_max`` [nT, layers, heads]: the largest over those rows (only with ``gradient``).
+      ``jacobian_max`` [nT, layers, heads]: the largest over those rows;
+      ``jacobian_selectivity`` [nT, layers, heads]: mean over those rows of the largest weight
+      at each T; for softmax also ``reference_jacobian`` / ``reference_selectivity``
+      [nTref, layers, heads], the same on ``config.reference_temperatures`` (only with
+      ``gradient``).
     """
     window = capture.values.shape[-2]
     _check_config(config, window)
@@ -524,6 +564,11 @@ def measure_window(capture, normalizers: Sequence[str | Normalizer], config: Yar
             norms = _norms_over_temperatures(nz, logits_j, config)                   # [nT,l,h,Rj]
             res["jacobian"] = norms.mean(-1)
             res["jacobian_max"] = norms.amax(-1)
+            res["jacobian_selectivity"] = torch.stack(
+                [nz.at_temperature(logits_j, t).amax(-1).mean(-1) for t in config.temperatures])
+            if nz.key == "softmax":
+                res["reference_jacobian"], res["reference_selectivity"] = _softmax_curve(
+                    logits_j, config.reference_temperatures)
         out[nz.key] = res
     return out
 
@@ -549,7 +594,7 @@ class YardstickResults:
         ``reduce`` in 'mean', 'median', 'max'. Returns [G] / [n] / [nT].
         """
         x = self.stats[key][name].mean(0)
-        if name.startswith("jacobian"):
+        if name.startswith(("jacobian", "reference")):
             flat = x.reshape(x.shape[0], -1)
         else:
             flat = x.reshape(-1, x.shape[-1]).T
@@ -564,7 +609,7 @@ class YardstickResults:
     def head_values(self, key: str, name: str) -> Tensor:
         """Per-head values, mean over windows: [heads_total, G/n] (or [nT, heads_total])."""
         x = self.stats[key][name].mean(0)
-        if name.startswith("jacobian"):
+        if name.startswith(("jacobian", "reference")):
             return x.reshape(x.shape[0], -1)
         return x.reshape(-1, x.shape[-1])
 
@@ -572,6 +617,49 @@ class YardstickResults:
         """Per head: fitted exponent e of ``max weight ~ L^e`` (geometric mean over windows)."""
         mw = self.stats[key]["max_weight"].clamp_min(1e-300).log().mean(0).exp()
         return V.power_law_fit(list(self.config.lengths), mw.reshape(-1, mw.shape[-1]))[0]
+
+    def decoupling(self, key: str, reference: str = "softmax") -> dict:
+        """Jacobian norm at equal selectivity: ``key`` against ``reference`` across the T grid.
+
+        Each normaliser traces a curve (selectivity, norm) over T, both means over windows,
+        heads and the Jacobian rows, selectivity being the mean largest weight (the reference's
+        on the fine ``reference_temperatures`` grid when measured there). For every T at
+        which ``key``'s selectivity lies inside the reference curve's range, the reference
+        norm at that selectivity is interpolated (linear in log-norm against the logit of the
+        selectivity, which resolves both the diffuse and the near-one-hot ends) and
+        the ratio ``norm_key / norm_reference`` taken: below 1 means a smaller Jacobian for the
+        same selectivity. Returns ``{"ratios": Tensor [m], "selectivity": Tensor [m],
+        "geometric_mean": float (NaN if m = 0), "matched": m}``.
+        """
+        def curve(name, prefix=""):
+            sel = "reference_selectivity" if prefix else "jacobian_selectivity"
+            jac = "reference_jacobian" if prefix else "jacobian"
+            return self.curve(name, sel), self.curve(name, jac)
+
+        def logit(p):
+            p = p.clamp(1e-15, 1 - 1e-15)
+            return (p / (1 - p)).log()
+
+        fine = "reference_jacobian" in self.stats.get(reference, {})
+        sel_r, yr = curve(reference, "reference" if fine else "")
+        sel_k, yk = curve(key)
+        xr, xk = logit(sel_r), logit(sel_k)
+        order = torch.argsort(xr)
+        xr, yr = xr[order], yr[order].clamp_min(1e-300).log()
+        ratios, sel = [], []
+        for x, y, p in zip(xk.tolist(), yk.tolist(), sel_k.tolist()):
+            if not (float(xr[0]) <= x <= float(xr[-1])) or y <= 0:
+                continue
+            j = int(torch.searchsorted(xr, torch.tensor(x, dtype=DTYPE)).clamp(1, len(xr) - 1))
+            x0, x1 = float(xr[j - 1]), float(xr[j])
+            w = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
+            log_ref = (1 - w) * float(yr[j - 1]) + w * float(yr[j])
+            ratios.append(y / math.exp(log_ref))
+            sel.append(p)
+        r = torch.tensor(ratios, dtype=DTYPE)
+        gm = float(r.log().mean().exp()) if len(ratios) else float("nan")
+        return {"ratios": r, "selectivity": torch.tensor(sel, dtype=DTYPE), "geometric_mean": gm,
+                "matched": len(ratios)}
 
     def critical_n(self, key: str, alpha: float = 0.01) -> int | None:
         """Smallest N of the grid where the per-head true and expected distances cannot be told

@@ -34,9 +34,13 @@ How the time is attributed
   ``metric_seconds`` the sum over workloads, ``seconds`` the wall time of the whole loop (forward,
   metrics and hand-overs; the model load is reported apart as ``setup_seconds``).
 - ``metric_over_forward`` is ``metric_seconds / forward_seconds`` (the target is at most 1).
+- ``metric_seconds_by_window`` / ``forward_seconds_by_window``: the same per window (the first
+  window carries one-time costs); ``final_seconds``: a workload's last step after the stream
+  ends (e.g. the KS tests of the critical-N search).
 - ``metric_cpu_seconds`` (and ``forward_cpu_seconds`` in the total row): the process's CPU time
   (all threads) over the same stretches. On a machine shared with other jobs the wall times
-  inflate; CPU time much less so, and CPU time / threads estimates the unshared wall time.
+  inflate and CPU time much less; the unshared wall time lies between CPU time / threads (work
+  that keeps every thread busy) and CPU time (serial work, e.g. many small tensor operations).
 - ``peak_rss_bytes``: the peak resident set size while the workload ran (Linux: the kernel's
   high-water mark, reset before each slice through ``/proc/self/clear_refs``; elsewhere the
   process's lifetime peak from ``resource``). The total row holds the whole process's peak
@@ -79,6 +83,8 @@ __all__ = [
     "run_bench",
     "bench_rows",
     "format_table",
+    "table_frame",
+    "limit_malloc_arenas",
     "write_rows",
     "read_rows",
     "default_output",
@@ -429,6 +435,9 @@ class Lockstep:
         self.peak_rss = {k: 0 for k in self.names}
         self.produce_seconds = 0.0
         self.produce_cpu_seconds = 0.0
+        self.item_seconds: dict[str, list[float]] = {k: [] for k in self.names}
+        self.produce_item_seconds: list[float] = []
+        self.final_seconds = {k: 0.0 for k in self.names}
         self.produce_peak_rss = 0
         self.items = 0
         self.results: dict[str, Any] = {}
@@ -440,8 +449,13 @@ class Lockstep:
         self.memory.reset()
         start, cpu = time.perf_counter(), time.process_time()
         consumer.step(item)
-        self.metric_seconds[name] += time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        self.metric_seconds[name] += elapsed
         self.metric_cpu_seconds[name] += time.process_time() - cpu
+        if item is _END:
+            self.final_seconds[name] += elapsed
+        else:
+            self.item_seconds[name].append(elapsed)
         self.peak_rss[name] = max(self.peak_rss[name], self.memory.peak())
 
     def run(self, produce: Iterable) -> dict[str, Any]:
@@ -458,7 +472,8 @@ class Lockstep:
                     item = next(source)
                 except StopIteration:
                     break
-                self.produce_seconds += time.perf_counter() - start
+                self.produce_item_seconds.append(time.perf_counter() - start)
+                self.produce_seconds += self.produce_item_seconds[-1]
                 self.produce_cpu_seconds += time.process_time() - cpu
                 self.produce_peak_rss = max(self.produce_peak_rss, self.memory.peak())
                 self.items += 1
@@ -583,6 +598,8 @@ def bench_rows(lockstep: Lockstep, workloads: Sequence[Workload], *, loaded, win
             "metric_seconds": metric,
             "shared_seconds": metric + share,
             "metric_cpu_seconds": lockstep.metric_cpu_seconds[w.name],
+            "metric_seconds_by_window": list(lockstep.item_seconds[w.name]),
+            "final_seconds": lockstep.final_seconds[w.name],
             "metric_over_forward": metric / forward if forward > 0 else math.inf,
             "peak_rss_bytes": int(max(lockstep.peak_rss[w.name], lockstep.produce_peak_rss)),
             "own_peak_rss_bytes": int(lockstep.peak_rss[w.name]),
@@ -602,6 +619,7 @@ def bench_rows(lockstep: Lockstep, workloads: Sequence[Workload], *, loaded, win
         "metric_seconds": metric_total,
         "shared_seconds": forward + metric_total,
         "forward_cpu_seconds": lockstep.produce_cpu_seconds,
+        "forward_seconds_by_window": list(lockstep.produce_item_seconds),
         "metric_cpu_seconds": sum(lockstep.metric_cpu_seconds[w.name] for w in workloads),
         "metric_over_forward": metric_total / forward if forward > 0 else math.inf,
         "peak_rss_bytes": int(lockstep.memory.overall()),
@@ -695,8 +713,9 @@ def format_table(rows: list[dict]) -> str:
              f"is the loop's wall time (model load {total.get('setup_seconds', 0):.1f} s apart).")
     if "forward_cpu_seconds" in total:
         notes += (f"\nCPU time (all threads): forward {total['forward_cpu_seconds']:.1f} s, "
-                  f"metrics {total['metric_cpu_seconds']:.1f} s; on a machine shared with other "
-                  f"jobs, CPU time / {total['threads']} threads estimates the unshared wall time.")
+                  f"metrics {total['metric_cpu_seconds']:.1f} s. On a machine shared with other "
+                  f"jobs the wall times inflate; the unshared wall time lies between CPU time / "
+                  f"{total['threads']} (work that uses every thread) and CPU time (serial work).")
     return f"{head}\n{body}\n{notes}"
 
 

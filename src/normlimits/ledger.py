@@ -25,6 +25,10 @@ EXPECTED_CLAIMS: dict[str, tuple[str, ...]] = {
     "distances": ("T1a", "T1b", "C2i", "C2ii", "F2a", "F2b", "F2c"),
     "separability": ("T2", "F3", "S80", "MH"),
     "gradients": ("EX", "L2", "C3", "F4", "TR"),
+    "alternatives": tuple(f"ALT-{key}-{yardstick}" for yardstick in ("vanishing", "gradient")
+                          for key in ("sparsemax", "entmax15", "ssmax", "softmax1", "adaptive",
+                                      "sa-softmax"))
+    + ("ALT-collapse", "ALT-ssmax-separability", "ALT-sparsemax-separability"),
 }
 
 

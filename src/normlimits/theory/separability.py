@@ -226,36 +226,41 @@ class Theorem2Bounds:
     separation: Tensor | None
 
 
-def _terms_one_n(a: Tensor, r: Tensor, m: float, dim: int, dl: Tensor | None, scale: float,
-                 sure_rtol: float = 0.0):
-    """Per-token probability bounds for one N: ``a`` [..., N] the selected weights, ``r`` [...]."""
-    totals = [(a**k).sum(-1, keepdim=True) for k in (1, 2, 4)]
-    w_o, q_o, p_o = ((t - a**k).clamp_min(0.0) for t, k in zip(totals, (1, 2, 4)))
+def _terms_one_n(n: int, powers, totals, r: Tensor, m: float, dim: int, dl: Tensor | None,
+                 scale: float, sure_rtol: float = 0.0):
+    """Bounds for one N from the selected weights' powers ``(a, a^2, a^4)`` [..., K] and their
+    cumulative sums ``totals``; ``r`` [...]. Returns (lower, upper, lower_markov, upper_exp, sure)."""
+    a1, a2, a4 = (v[..., :n] for v in powers)
+    w_o, q_o, p_o = ((t[..., n - 1:n] - v).clamp_min(0.0) for t, v in zip(totals, (a1, a2, a4)))
     r = r[..., None]
     r2 = r * r
     ones = torch.ones_like(q_o)
+    positive = q_o > 0
+    safe_q = torch.where(positive, q_o, ones)
     xi2 = m**2 * q_o
-    safe_q = torch.where(q_o > 0, q_o, ones)
-    factor = 1.0 + (2.0 / dim) * (1.0 - p_o / safe_q**2)
-    xi_minus = torch.where(q_o > 0, (xi2 / factor).sqrt(), torch.zeros_like(q_o))
-    var = (2.0 * m**4 / dim) * (q_o**2 - p_o).clamp_min(0.0)  # Var X_i^2
+    xi_minus = torch.where(positive, (xi2 / (1.0 + (2.0 / dim) * (1.0 - p_o / (safe_q * safe_q)))).sqrt(),
+                           torch.zeros_like(q_o))
+    var = (2.0 * m**4 / dim) * (q_o * q_o - p_o).clamp_min(0.0)  # Var X_i^2
 
     def cantelli(gap2):  # v / (v + gap^2) for gap > 0, else 1
-        return torch.where(gap2 > 0, torch.nan_to_num(var / (var + gap2**2), nan=0.0), ones)
+        return torch.where(gap2 > 0, var / (var + gap2 * gap2).clamp_min(1e-300), ones)
 
-    markov = torch.clamp(xi2 / r2, max=1.0)
+    markov = (xi2 / r2).clamp(max=1.0)
     miss = torch.minimum(markov, cantelli(r2 - xi2))  # bounds on P(X_i >= r)
     gap = (xi_minus - r).clamp_min(0.0)
-    expo = torch.where(r < xi_minus, torch.exp(-gap**2 / (2 * m**2 * safe_q)), ones)
+    expo = torch.where(r < xi_minus, torch.exp(-(gap * gap) / (2 * m**2 * safe_q)), ones)
     hit = torch.minimum(expo, cantelli(xi2 - r2))  # bounds on P(X_i < r)
-    markov, miss, expo, hit = ((v * scale).clamp(max=1.0) for v in (markov, miss, expo, hit))
+    if scale != 1.0:
+        markov, miss, expo, hit = ((v * scale).clamp(max=1.0) for v in (markov, miss, expo, hit))
     sure = None
     if dl is not None:
-        xi_d2 = m**2 * w_o**2 - dl[..., None] ** 2 / 2 * (w_o**2 - q_o)
+        w2 = w_o * w_o
+        xi_d2 = m**2 * w2 - (dl[..., None] ** 2 / 2) * (w2 - q_o)
         sure = xi_d2.clamp_min(0.0).sqrt() < r * (1.0 - sure_rtol)
-        miss = torch.where(sure, torch.zeros_like(miss), miss)
-        markov = torch.where(sure, torch.zeros_like(markov), markov)
-        sure = sure.to(a.dtype).mean(-1)
+        zero = torch.zeros((), dtype=miss.dtype)
+        miss = torch.where(sure, zero, miss)
+        markov = torch.where(sure, zero, markov)
+        sure = sure.to(a1.dtype).mean(-1)
     return (1.0 - miss.mean(-1), hit.mean(-1), 1.0 - markov.mean(-1), expo.mean(-1), sure)
 
 
@@ -302,7 +307,10 @@ def theorem2_bounds(top_weights: Tensor, n_grid, radius, *, sphere_radius: float
     r_all = torch.broadcast_to(r_t, (*lead, len(grid)))
     dl = None if d_t is None else torch.broadcast_to(d_t, lead)
     scale = 1.0 / (1.0 - failure)
-    parts = [_terms_one_n(a[..., :n], r_all[..., g], float(sphere_radius), dim, dl, scale, sure_rtol)
+    powers = (a, a * a, (a * a) ** 2)
+    totals = tuple(v.cumsum(-1) for v in powers)
+    parts = [_terms_one_n(n, powers, totals, r_all[..., g], float(sphere_radius), dim, dl, scale,
+                          sure_rtol)
              for g, n in enumerate(grid.tolist())]
     lower, upper, lower_markov, upper_exp, sure = (
         None if parts[0][i] is None else torch.stack([part[i] for part in parts], dim=-1)
