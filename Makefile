@@ -54,7 +54,10 @@ browser:
 	@command -v chromium >/dev/null 2>&1 && chromium --version 2>/dev/null | grep -i chromium || true
 
 # --- the book ---------------------------------------------------------------------------------
+# The execution cache only sees each chapter's source; it is dropped first when the settings, the
+# package or the corpus changed (src/normlimits/execution_cache.py).
 book: $(INSTALLED) $(MATHJAX)
+	$(PY) -m normlimits.execution_cache _build
 	$(VENV)/bin/jupyter-book build . $(BUILD_FLAGS)
 	@echo "Book: _build/html/index.html   Ledger: _build/ledger.json"
 

@@ -156,14 +156,16 @@ def test_config_grids_follow_the_window_length():
     assert cfg.lengths == [32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
     assert cfg.top_n_grid == [1, 5, 10, 20, 100]
     assert cfg.separability_grid == [1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]
-    assert cfg.separability_rows is None
+    assert len(cfg.separability_rows) == 128 and cfg.separability_rows[-1] == 1023
+    assert cfg.separability_rows == sorted(set(cfg.separability_rows))
+    assert BenchConfig(separability_row_count=None).separability_rows is None
     assert len(cfg.query_rows) == 64 and cfg.query_rows[-1] == 1023
     assert len(cfg.temperatures) == 21
     small = BenchConfig(length=48)
     assert small.lengths == [32, 48]
     assert small.top_n_grid == [1, 5, 10, 20]
     assert small.separability_grid[-1] == 32
-    assert BenchConfig(length=48, separability_every_row=False).separability_rows == small.query_rows
+    assert BenchConfig(length=48, separability_row_count=64).separability_rows == small.query_rows
     assert max(small.query_rows) == 47
     with pytest.raises(ValueError):
         BenchConfig(length=1)
@@ -311,3 +313,13 @@ def test_command_line_end_to_end(tmp_path, monkeypatch, capsys):
     assert rows[-1]["length"] == 40
     printed = capsys.readouterr().out
     assert "speed-up" in printed and str(out) in printed
+
+
+def test_separability_rows_option_parses_counts_and_every():
+    parser = bench._parser()
+    assert parser.parse_args([]).separability_rows == BenchConfig.separability_row_count
+    assert parser.parse_args(["--separability-rows", "every"]).separability_rows is None
+    assert parser.parse_args(["--separability-rows", "32"]).separability_rows == 32
+    for bad in ("0", "-3", "some"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--separability-rows", bad])

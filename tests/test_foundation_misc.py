@@ -107,3 +107,21 @@ def test_every_pinned_requirement_is_in_the_lock_file():
         if "==" in requirement:
             assert lock[name] == requirement, (lock[name], requirement)
     assert lock["torch"] == "torch==2.13.0"
+
+
+def test_verdicts_page_is_rewritten_whenever_a_chapter_is_reread(tmp_path):
+    """The Verdicts table is filled from the chapters' ledger rows at write time, so its page must
+    be rewritten whenever any chapter is re-read (and may have executed), even if its own source
+    did not change; with nothing re-read, nothing is added."""
+    from types import SimpleNamespace
+
+    from normlimits import sphinx_ledger
+
+    (tmp_path / "verdicts.md").write_text("# Verdicts\n\n```{claims-ledger}\n```\n")
+    (tmp_path / "vanishing.md").write_text("# A chapter\n")
+    env = SimpleNamespace(found_docs={"verdicts", "vanishing"},
+                          doc2path=lambda doc: tmp_path / f"{doc}.md")
+    assert sphinx_ledger._ledger_docs(env) == ["verdicts"]
+    assert sphinx_ledger._outdated(None, env, set(), {"vanishing"}, set()) == ["verdicts"]
+    assert sphinx_ledger._outdated(None, env, set(), {"verdicts"}, set()) == []
+    assert sphinx_ledger._outdated(None, env, set(), set(), set()) == []

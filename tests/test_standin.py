@@ -65,11 +65,11 @@ def test_cache_key_tracks_corpus_and_recipe():
 
 
 #: Smallest gain over the bigram baseline accepted in any position band, in bits per byte. The
-#: issue asks for "a clear margin"; the recipe of this version reaches 0.55 / 0.32 / 0.10 bits
-#: per byte in the bands 0-255 / 256-511 / 512-1023 (see standin.py's docstring for the recipes
-#: measured), so the late band's margin is small: this bound guards against regressions to the
-#: bigram level, which two of the rejected recipes showed (gain 0.00 beyond position 256).
-MIN_GAIN_BITS = 0.05
+#: issue asks for "a clear margin"; recipe 9 measured 0.58 / 0.50 / 0.38 bits per byte in the bands
+#: 0-255 / 256-511 / 512-1023 (recipe 8: 0.55 / 0.32 / 0.10; see standin.py's docstring), so 0.25
+#: leaves room for run-to-run differences of thread scheduling while failing any regression
+#: towards the bigram level (two rejected recipes sat at gain 0.00 beyond position 256).
+MIN_GAIN_BITS = 0.25
 
 
 def test_standin_is_cached_and_beats_bigram_in_every_band():

@@ -62,7 +62,6 @@ import os
 import platform
 import resource
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +69,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
+from greenlet import greenlet
 from torch import Tensor
 
 __all__ = [
@@ -84,7 +84,6 @@ __all__ = [
     "bench_rows",
     "format_table",
     "table_frame",
-    "limit_malloc_arenas",
     "write_rows",
     "read_rows",
     "default_output",
@@ -137,10 +136,12 @@ class BenchConfig:
     - critical N (Alg. 3, Fig. 2c): for every L of :attr:`lengths`, the KS test at every N of
       :func:`normlimits.distances.default_critical_grid`
       (:func:`normlimits.distances.critical_n_search`);
-    - separability (Alg. 4, Fig. 3): N_s/N for N in :attr:`separability_grid` at every query
-      position of the ``length``-token window (as the chapter and the paper), value vectors
-      projected to the unit sphere, the empirical minimum separation delta and the Theorem 2
-      bounds (:func:`normlimits.separability.separability_sweep`);
+    - separability (Alg. 4, Fig. 3): N_s/N for N in :attr:`separability_grid` at
+      ``separability_row_count`` evenly spaced query positions of the ``length``-token window
+      (None: every position, as the paper; the separability chapter measures how little the
+      subsample changes), value vectors projected to the unit sphere, the empirical minimum
+      separation delta and the Theorem 2 bounds
+      (:func:`normlimits.separability.separability_sweep`);
     - gradient sensitivity (Alg. 5, Fig. 4): g(T, eps) over :attr:`temperatures` (1e-3..1e2, four
       a decade) and ``epsilons``, plus the exact Jacobian norms, at the same query rows
       (:func:`normlimits.jacobian.sensitivity_profile`).
@@ -151,7 +152,7 @@ class BenchConfig:
     fixed_n: int = 5
     top_n: tuple[int, ...] = (1, 5, 10, 20, 100)
     separability_n: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-    separability_every_row: bool = True
+    separability_row_count: int | None = 128
     rows: int = 64
     epsilons: tuple[float, ...] = (1e-3, 1e-1, 10.0)
     temperatures_per_decade: int = 4
@@ -180,9 +181,14 @@ class BenchConfig:
 
     @property
     def separability_rows(self) -> list[int] | None:
-        """The separability workload's query rows: None means every position (the chapter's
-        and the paper's choice), else the :attr:`query_rows`."""
-        return None if self.separability_every_row else self.query_rows
+        """The separability workload's query rows: None means every position (the paper's
+        choice), else ``separability_row_count`` evenly spaced positions
+        (:func:`normlimits.separability.spaced_rows`)."""
+        if self.separability_row_count is None:
+            return None
+        from .separability import spaced_rows
+
+        return spaced_rows(self.length, self.separability_row_count).tolist()
 
     @property
     def query_rows(self) -> list[int]:
@@ -203,7 +209,8 @@ class BenchConfig:
         return {
             "length": self.length, "lengths": self.lengths, "fixed_n": self.fixed_n,
             "top_n_grid": self.top_n_grid, "separability_grid": self.separability_grid,
-            "separability_rows": "every" if self.separability_every_row else self.rows,
+            "separability_rows": ("every" if self.separability_row_count is None
+                                  else len(self.separability_rows)),
             "gradient_rows": len(self.query_rows), "epsilons": list(self.epsilons),
             "temperatures": len(self.temperatures), "alphas": list(self.alphas),
         }
@@ -284,8 +291,8 @@ WORKLOADS: tuple[Workload, ...] = (
              _critical_n),
     Workload("separability",
              lambda c: f"L = {c.length}; "
-                       + ("every query row" if c.separability_every_row
-                          else f"{len(c.query_rows)} query rows")
+                       + ("every query row" if c.separability_rows is None
+                          else f"{len(c.separability_rows)} evenly spaced query rows")
                        + f"; N in {_braces(c.separability_grid)}; value vectors on the unit "
                        "sphere, delta, N_s/N and the Theorem 2 bounds",
              _separability),
@@ -363,20 +370,21 @@ class PeakMemory:
 _END = object()
 
 
-class _Consumer(threading.Thread):
-    """A function of an iterable, run in its own thread but strictly one turn at a time.
+class _Consumer:
+    """A function of an iterable, run as a coroutine (a greenlet) strictly one turn at a time.
 
-    The producer hands over an item with :meth:`step` and waits until the function asks for the
-    next one (or returns), so exactly one thread computes at any moment and the time between
-    hand-over and hand-back is this consumer's own.
+    The producer hands over an item with :meth:`step`; the function runs until it asks for the
+    next one (or returns), so the time between hand-over and hand-back is this consumer's own.
+    Everything runs on the calling thread: measured here, torch's CPU kernels called from a second
+    OS thread ran the gradient workload 2.3 times slower than on the main thread (5.5 against
+    2.4 s a window at GPT-2's size: their intra-op parallelism did not engage), and every thread
+    got its own malloc arena (peak memory 3 instead of 1.5 GiB). A greenlet has neither cost.
     """
 
     def __init__(self, name: str, fn: Callable[[Iterator], Any]):
-        super().__init__(name=f"bench-{name}", daemon=True)
         self.key = name
         self.fn = fn
-        self._go = threading.Semaphore(0)
-        self._back = threading.Semaphore(0)
+        self._greenlet: greenlet | None = None
         self._item: Any = None
         self.finished = False
         self.result: Any = None
@@ -384,18 +392,14 @@ class _Consumer(threading.Thread):
         self.items_taken = 0
 
     def _feed(self) -> Iterator:
-        while True:
-            item = self._item
-            if item is _END:
-                return
+        item = self._item
+        while item is not _END:
             self.items_taken += 1
             yield item
             item = None
-            self._back.release()
-            self._go.acquire()
+            item = self._greenlet.parent.switch()   # this turn ends; the next item comes back
 
-    def run(self) -> None:  # noqa: D401 - the thread body
-        self._go.acquire()
+    def _body(self) -> None:
         try:
             self.result = self.fn(self._feed())
         except BaseException as exc:  # re-raised by the producer
@@ -403,15 +407,17 @@ class _Consumer(threading.Thread):
         finally:
             self.finished = True
             self._item = None
-            self._back.release()
 
     def step(self, item: Any) -> None:
-        """Hand ``item`` (or the end marker) over and wait for the consumer's turn to end."""
+        """Hand ``item`` (or the end marker) over and return when the consumer's turn ends."""
         if self.finished:
             return
-        self._item = item
-        self._go.release()
-        self._back.acquire()
+        if self._greenlet is None:           # the first turn starts the function
+            self._item = item
+            self._greenlet = greenlet(self._body)
+            self._greenlet.switch()
+        else:
+            self._greenlet.switch(item)
         self._item = None
 
 
@@ -422,7 +428,7 @@ class Lockstep:
     ``produce`` once, hands it to every consumer in order, and times every turn; memory holds one
     item (plus whatever a consumer keeps from the previous one). After the stream ends, every
     function finishes (its final step is timed too) and its result is in :attr:`results`.
-    Errors raised by a consumer are re-raised by :meth:`run` once all threads have stopped.
+    Errors raised by a consumer are re-raised by :meth:`run` once every consumer has stopped.
     """
 
     def __init__(self, consumers: dict[str, Callable[[Iterator], Any]],
@@ -460,8 +466,6 @@ class Lockstep:
 
     def run(self, produce: Iterable) -> dict[str, Any]:
         """Consume ``produce`` (timed as the producer's work) through every consumer."""
-        for consumer in self._consumers.values():
-            consumer.start()
         source = iter(produce)
         failure: BaseException | None = None
         try:
@@ -486,8 +490,6 @@ class Lockstep:
             failure = exc
         for name in self.names:
             self._turn(name, _END)
-        for consumer in self._consumers.values():
-            consumer.join()
         if failure is not None:
             raise failure
         for name, consumer in self._consumers.items():
@@ -741,24 +743,17 @@ def scaling_fit(x: Sequence[float], seconds: Sequence[float]) -> tuple[float, fl
 # --------------------------------------------------------------------------------------------
 
 
-def limit_malloc_arenas() -> bool:
-    """Ask glibc for a single malloc arena shared by every thread (``mallopt(M_ARENA_MAX, 1)``).
-
-    Each workload runs in its own thread (:class:`Lockstep`); by default glibc gives every thread
-    its own arena, and memory freed in one is not reused by another, which inflated the peak
-    resident memory of a gpt2-random run from about 1.5 to 3 GiB without changing the time. Only
-    one thread computes at a time, so one arena costs nothing. Returns True when it was applied
-    (Linux with glibc); elsewhere it does nothing. Called by :func:`main` only, not on import.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
+def _row_count(text: str) -> int | None:
+    """``--separability-rows``: a positive count, or 'every' (None)."""
+    if text.strip().lower() == "every":
+        return None
     try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(-8, 1))          # M_ARENA_MAX = -8 in <malloc.h>
-    except (OSError, AttributeError):
-        return False
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of rows or 'every', got {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -773,6 +768,11 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"number of corpus windows (default {DEFAULT_WINDOWS})")
     p.add_argument("--length", type=int, default=DEFAULT_LENGTH,
                    help=f"window length L, the largest L of the sweeps (default {DEFAULT_LENGTH})")
+    p.add_argument("--separability-rows", type=_row_count, default=BenchConfig.separability_row_count,
+                   metavar="N|every",
+                   help="query rows per window of the separability workload: a count of evenly "
+                        "spaced rows, or 'every' for every position as the paper (default "
+                        f"{BenchConfig.separability_row_count})")
     p.add_argument("--workloads", nargs="+", choices=[w.name for w in WORKLOADS],
                    help="run only these workloads (default: all five)")
     p.add_argument("--output", type=Path, default=None,
@@ -789,7 +789,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     count = window_count(args.windows)
-    arenas_limited = limit_malloc_arenas()
     configure_torch()
     torch.manual_seed(0)
 
@@ -804,9 +803,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup = time.perf_counter() - start
     say(f"{loaded.name}: {loaded.n_params / 1e6:.1f}M params; {count} windows of {args.length} "
         f"tokens; set-up {setup:.1f} s")
-    result = run_bench(loaded, windows, BenchConfig(length=args.length),
+    config = BenchConfig(length=args.length, separability_row_count=args.separability_rows)
+    result = run_bench(loaded, windows, config,
                        workloads=args.workloads, setup_seconds=setup, progress=say)
-    result.total["malloc_single_arena"] = arenas_limited
     path = write_rows(result.rows, args.output)
     print(format_table(result.rows))
     print(f"rows written to {path}")

@@ -149,6 +149,22 @@ def min_pairwise_distance(vectors: Tensor, exclude_duplicates: bool = False,
     return out.reshape(lead)
 
 
+#: query rows per window of the benchmark's separability workload (evenly spaced, see
+#: :func:`spaced_rows`); the chapter measures what this subsample changes against every row.
+SPACED_ROW_COUNT = 128
+
+
+def spaced_rows(length: int, count: int = SPACED_ROW_COUNT) -> Tensor:
+    """``count`` query positions evenly spaced over a window of ``length`` tokens, LongTensor [count].
+
+    The same positions as :func:`normlimits.jacobian.default_rows` (the last one is ``length - 1``):
+    an unbiased subsample of the paper's average over every token ``t`` of the window.
+    """
+    from .jacobian import default_rows
+
+    return default_rows(length, count)
+
+
 def _resolve_rows(rows, n_rows: int, length: int, causal: bool) -> Tensor:
     if rows is None:
         if causal and n_rows != length:

@@ -99,9 +99,31 @@ def _write_json(app, exception):
         atomic_write_json(_root(app) / "_build" / "ledger.json", _rows(app))
 
 
+def _ledger_docs(env) -> list[str]:
+    """Documents that hold a ``{claims-ledger}`` table."""
+    found = []
+    for doc in env.found_docs:
+        try:
+            text = Path(env.doc2path(doc)).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if "{claims-ledger}" in text:
+            found.append(doc)
+    return found
+
+
+def _outdated(app, env, added, changed, removed):
+    """Whenever any document is re-read (a chapter may execute and record new verdicts), re-read
+    and so rewrite the pages holding the table too, although their own source did not change."""
+    if not (added or changed or removed):
+        return []
+    return [doc for doc in _ledger_docs(env) if doc not in added and doc not in changed]
+
+
 def setup(app):
     app.add_node(ledger_placeholder)
     app.add_directive("claims-ledger", ClaimsLedgerDirective)
+    app.connect("env-get-outdated", _outdated)
     app.connect("doctree-resolved", _resolve)
     app.connect("build-finished", _write_json)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
