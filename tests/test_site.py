@@ -119,6 +119,10 @@ async () => {
     ids: [...ids],
     banners: [...document.querySelectorAll('.provenance-banner')].map(visible),
     ledgerTables: document.querySelectorAll('table.claims-ledger').length,
+    ledgerOverflow: [...document.querySelectorAll('table.claims-ledger')].map(t => {
+      const box = t.closest('article, main') || document.body;
+      return Math.round(t.getBoundingClientRect().right - box.getBoundingClientRect().right);
+    }).filter(px => px > 1),
     ledgerRows: [...document.querySelectorAll('table.claims-ledger tbody tr')].map(
                   tr => [...tr.cells].map(td => td.textContent.trim().replace(/\s+/g, ' '))),
     citations: document.querySelectorAll('.citation-list .citation, [role="doc-biblioentry"]').length,
@@ -404,11 +408,14 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
     elif len(verdict_pages) != 1 and rows:
         problems["verdicts"].append(f"{len(verdict_pages)} pages show the claims table (expected one): {verdict_pages}")
     elif rows:
+        for px in pages[verdict_pages[0]].get("ledgerOverflow", []):
+            problems["verdicts"].append(f"{verdict_pages[0]}: the table runs {px} px past the content "
+                                        "column, hiding its last columns")
         shown = pages[verdict_pages[0]]["ledgerRows"]
         if len(shown) != len(rows):
             problems["verdicts"].append(f"{verdict_pages[0]} shows {len(shown)} rows, ledger.json has {len(rows)}")
         for row, cells in zip(rows, shown):
-            want = [row["id"], norm(row["claim"]), norm(row["paper"]), norm(row["measured"]), row["verdict"]]
+            want = [row["id"], row["verdict"], norm(row["claim"]), norm(row["paper"]), norm(row["measured"])]
             if cells[1:] != want:
                 problems["verdicts"].append(f"row {row['chapter']}:{row['id']} shows {cells[1:]}, ledger has {want}")
     # one bibliography page

@@ -17,7 +17,9 @@ from sphinx.util.docutils import SphinxDirective
 from . import ledger
 
 logger = logging.getLogger(__name__)
-COLUMNS = (("id", 1), ("claim", 5), ("paper", 5), ("measured", 6), ("verdict", 2))
+#: (column, relative width) after the chapter column; the verdict sits next to the id so that it
+#: is the first thing a reader sees (book/_static/ledger.css colours it and fits the table)
+COLUMNS = (("id", 2), ("verdict", 4), ("claim", 5), ("paper", 6), ("measured", 9))
 
 
 class ledger_placeholder(nodes.General, nodes.Element):
@@ -50,10 +52,10 @@ def _paragraph(text: str) -> nodes.paragraph:
 
 
 def _table(rows: list[dict], app, fromdocname: str) -> nodes.table:
-    table = nodes.table(classes=["claims-ledger"])
+    table = nodes.table(classes=["claims-ledger", "colwidths-given"])
     group = nodes.tgroup(cols=len(COLUMNS) + 1)
     table += group
-    for _, width in (("chapter", 2),) + COLUMNS:
+    for _, width in (("chapter", 4),) + COLUMNS:
         group += nodes.colspec(colwidth=width)
     head = nodes.thead()
     header = nodes.row()
