@@ -72,6 +72,8 @@ import torch
 from greenlet import greenlet
 from torch import Tensor
 
+from .separability import SPACED_ROW_COUNT, spaced_rows
+
 __all__ = [
     "PAPER_TABLE1",
     "BenchConfig",
@@ -152,7 +154,7 @@ class BenchConfig:
     fixed_n: int = 5
     top_n: tuple[int, ...] = (1, 5, 10, 20, 100)
     separability_n: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-    separability_row_count: int | None = 128
+    separability_row_count: int | None = SPACED_ROW_COUNT
     rows: int = 64
     epsilons: tuple[float, ...] = (1e-3, 1e-1, 10.0)
     temperatures_per_decade: int = 4
@@ -186,8 +188,6 @@ class BenchConfig:
         (:func:`normlimits.separability.spaced_rows`)."""
         if self.separability_row_count is None:
             return None
-        from .separability import spaced_rows
-
         return spaced_rows(self.length, self.separability_row_count).tolist()
 
     @property
@@ -396,7 +396,7 @@ class _Consumer:
         while item is not _END:
             self.items_taken += 1
             yield item
-            item = None
+            item = None   # hold no reference while the producer makes the next item (memory)
             item = self._greenlet.parent.switch()   # this turn ends; the next item comes back
 
     def _body(self) -> None:
@@ -439,7 +439,6 @@ class Lockstep:
         self.metric_seconds = {k: 0.0 for k in self.names}
         self.metric_cpu_seconds = {k: 0.0 for k in self.names}
         self.peak_rss = {k: 0 for k in self.names}
-        self.produce_seconds = 0.0
         self.produce_cpu_seconds = 0.0
         self.item_seconds: dict[str, list[float]] = {k: [] for k in self.names}
         self.produce_item_seconds: list[float] = []
@@ -447,6 +446,11 @@ class Lockstep:
         self.produce_peak_rss = 0
         self.items = 0
         self.results: dict[str, Any] = {}
+
+    @property
+    def produce_seconds(self) -> float:
+        """Wall time of the producer (the forward passes), summed over the items."""
+        return sum(self.produce_item_seconds)
 
     def _turn(self, name: str, item: Any) -> None:
         consumer = self._consumers[name]
@@ -477,7 +481,6 @@ class Lockstep:
                 except StopIteration:
                     break
                 self.produce_item_seconds.append(time.perf_counter() - start)
-                self.produce_seconds += self.produce_item_seconds[-1]
                 self.produce_cpu_seconds += time.process_time() - cpu
                 self.produce_peak_rss = max(self.produce_peak_rss, self.memory.peak())
                 self.items += 1

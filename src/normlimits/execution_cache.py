@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import sys
+from importlib import metadata
 from pathlib import Path
 
 #: environment variables that change what the chapters compute
@@ -60,13 +61,11 @@ def inputs(environ: dict[str, str] | None = None, package_root: Path | None = No
     env = os.environ if environ is None else environ
     settings = {k: v for k, v in sorted(env.items())
                 if k.startswith(SETTING_PREFIXES) or k in SETTING_NAMES}
-    import torch
-
     return {
         "settings": settings,
         "package": package_digest(package_root),
         "corpus_file": _corpus_digest(settings.get("NORMLIMITS_CORPUS")),
-        "torch": torch.__version__.split("+")[0],
+        "torch": metadata.version("torch").split("+")[0],   # without importing torch
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
     }
 

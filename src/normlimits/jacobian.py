@@ -57,13 +57,18 @@ __all__ = [
 
 # --------------------------------------------------------------------------- checks
 
+def _check_grid(values, what: str, check_one) -> Tensor:
+    """``values`` as a float64 vector [n], each checked by ``check_one``; raises when empty."""
+    grid = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+    if grid.numel() == 0:
+        raise ValueError(f"at least one {what} is needed")
+    for value in grid.tolist():
+        check_one(value)
+    return grid
+
+
 def _check_temperatures(temperatures) -> Tensor:
-    t = torch.as_tensor(temperatures, dtype=torch.float64).reshape(-1)
-    if t.numel() == 0:
-        raise ValueError("at least one temperature T is needed")
-    for value in t.tolist():
-        check_temperature(value)
-    return t
+    return _check_grid(temperatures, "temperature T", check_temperature)
 
 
 def check_epsilon(epsilon: float) -> float:
@@ -76,12 +81,7 @@ def check_epsilon(epsilon: float) -> float:
 
 
 def _check_epsilons(epsilons) -> Tensor:
-    e = torch.as_tensor(epsilons, dtype=torch.float64).reshape(-1)
-    if e.numel() == 0:
-        raise ValueError("at least one perturbation size epsilon is needed")
-    for value in e.tolist():
-        check_epsilon(value)
-    return e
+    return _check_grid(epsilons, "perturbation size epsilon", check_epsilon)
 
 
 def _simplex(weights: Tensor) -> Tensor:
