@@ -271,14 +271,6 @@ def test_format_table_and_frame(small_run):
     assert list(frame["workload"]) == [r["workload"] for r in result.rows]
 
 
-def test_scaling_fit_recovers_an_exponent():
-    x = [128, 256, 512, 1024]
-    exponent, c = bench.scaling_fit(x, [3e-4 * v ** 1.5 for v in x])
-    assert abs(exponent - 1.5) < 1e-9 and abs(c - 3e-4) < 1e-12
-    with pytest.raises(ValueError):
-        bench.scaling_fit([1, 1], [1, 2])
-
-
 def test_unknown_workload_and_bad_windows(small_run):
     loaded, windows, _ = small_run
     with pytest.raises(ValueError, match="unknown workload"):

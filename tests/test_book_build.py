@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from normlimits import ledger
+from normlimits import claims, ledger
 
 pytestmark = pytest.mark.book
 
@@ -16,21 +16,54 @@ def test_strict_build_writes_the_site(built_book):
     assert (built_book / "html" / "book" / "verdicts.html").is_file()
 
 
-def test_ledger_json_has_one_valid_row_per_expected_claim(built_book):
+def _rows(built_book):
     rows = json.loads((built_book / "ledger.json").read_text())
     assert rows, "the ledger is empty"
+    return rows
+
+
+def test_ledger_json_has_one_valid_row_per_registered_claim(built_book):
+    rows = _rows(built_book)
     for row in rows:
         ledger.validate_row(row)
     toc = (built_book.parent / "_toc.yml").read_text()
     chapters = sorted({line.split("book/")[-1].strip() for line in toc.splitlines() if "file: book/" in line})
     assert ledger.missing_claims(rows, chapters) == []
-    ids = [(r["chapter"], r["id"]) for r in rows]
-    assert len(ids) == len(set(ids)), "one row per claim"
+    ids = [(r["chapter"], r["id"], r.get("variant", "")) for r in rows]
+    assert len(ids) == len(set(ids)), "one row per claim (and variant)"
 
 
-def test_verdicts_page_lists_every_ledger_row(built_book):
-    rows = json.loads((built_book / "ledger.json").read_text())
+def test_a_reader_regrades_the_ledger_from_its_recorded_statistics(built_book):
+    """Every verdict follows from the row's own criteria, values and outcomes, and the rule in the
+    row is the registered one (a chapter cannot grade by a rule of its own)."""
+    for row in _rows(built_book):
+        assert claims.regrade(row) == row["verdict"], row["id"]
+        registered = claims.claim(row["id"]).rule.to_row(
+            {c["key"]: c["value"] for c in row["criteria"]})
+        for field in ("rule", "criteria", "outcomes", "headline", "verdict"):
+            assert registered[field] == row[field], (row["id"], field)
+
+
+def test_verdicts_page_summarises_every_ledger_row(built_book):
+    rows = _rows(built_book)
     page = (built_book / "html" / "book" / "verdicts.html").read_text()
-    assert page.count('class="verdict-') == len(rows)
+    assert f'data-total="{len(rows)}"' in page
+    for verdict in claims.VERDICTS:
+        count = sum(r["verdict"] == verdict for r in rows)
+        assert (f'data-verdict="{verdict}"><span class="verdict-count-number">{count}</span>'
+                in page), verdict
+    assert page.count('class="verdict-badge') == len(rows)
     for row in rows:
-        assert f"<p>{row['id']}</p>" in page
+        assert f">{row['id']}" in page
+
+
+def test_every_chapter_recorded_its_time_within_twice_its_budget(built_book):
+    """Budgets live in normlimits.protocol; a chapter over twice its budget fails the build."""
+    from normlimits.protocol import CHAPTER_BUDGET_SECONDS
+
+    timings = {p.name.removesuffix(".timing.json"): json.loads(p.read_text())
+               for p in (built_book / "ledger").glob("*.timing.json")}
+    assert timings, "no chapter recorded its time (ctx.finish())"
+    over = {ch: round(t["seconds"]) for ch, t in timings.items()
+            if t["seconds"] > 2 * CHAPTER_BUDGET_SECONDS.get(ch, float("inf"))}
+    assert not over, f"chapters over twice their budget (s): {over}; budgets: {CHAPTER_BUDGET_SECONDS}"

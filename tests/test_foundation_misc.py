@@ -50,23 +50,6 @@ def test_atomic_directory_replaces_whole(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
-def test_ledger_records_validates_and_upserts(tmp_path, monkeypatch):
-    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
-    row = dict(chapter="vanishing", claim="c", paper="p", measured="m", model="standin")
-    ledger.record("C1", verdict="corrected", **row)
-    ledger.record("L1", verdict="confirmed", **row)
-    ledger.record("C1", verdict="refuted", **row)
-    rows = json.loads((tmp_path / "vanishing.json").read_text())
-    assert [(r["id"], r["verdict"]) for r in rows] == [("L1", "confirmed"), ("C1", "refuted")]
-    collected = ledger.collect(tmp_path, ["vanishing"])
-    assert [r["id"] for r in collected] == ["L1", "C1"], "expected-claims order"
-    assert ledger.missing_claims(collected, ["vanishing"]) == ["vanishing:C1S", "vanishing:NU"]
-    with pytest.raises(ValueError, match="verdict"):
-        ledger.record("X", verdict="probably", **row)
-    with pytest.raises(ValueError, match="lacks"):
-        ledger.record("X", chapter="v", claim="", paper="p", measured="m", verdict="confirmed", model="s")
-
-
 def test_check_helpers_fail_on_violations():
     check(True, "fine")
     with pytest.raises(AssertionError, match="broken bound"):

@@ -10,6 +10,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from normlimits import vanishing as V
+from normlimits.fits import loglog_fit
+from normlimits.protocol import length_grid
 from normlimits.normalizers import general_normalizer
 from normlimits.theory import vanishing as TV
 
@@ -237,22 +239,13 @@ def test_stack_and_fraction():
 
 
 # ------------------------------------------------------------------------ scaling and synthetic
-def test_power_law_fit_recovers_exponent():
-    lengths = V.doubling_grid(32, 1024)
-    values = torch.stack([3.0 * torch.tensor(lengths, dtype=torch.float64) ** p
-                          for p in (-1.0, -0.5, 0.0)])
-    exponent, intercept = V.power_law_fit(lengths, values)
-    torch.testing.assert_close(exponent, torch.tensor([-1.0, -0.5, 0.0], dtype=torch.float64))
-    torch.testing.assert_close(intercept, torch.full((3,), math.log(3.0), dtype=torch.float64))
-
-
 def test_synthetic_bounded_logits_vanish_as_one_over_l():
-    lengths = V.doubling_grid(32, 1024)
+    lengths = length_grid(32, 1024)
     logits = V.synthetic_bounded_logits(lengths, bound=1.0, trials=64, seed=0)
     assert bool((logits[torch.isfinite(logits)].abs() <= 1.0).all())
     stats = V.row_statistics(logits, torch.ones(64, len(lengths)), lengths)
     assert stats.violations("sharp") == 0 and stats.violations("paper") == 0
-    exponent, _ = V.power_law_fit(lengths, stats.max_weight.mean(0))
+    exponent = loglog_fit(lengths, stats.max_weight.mean(0)).exponent
     assert -1.05 < float(exponent) < -0.95
     # deterministic
     again = V.synthetic_bounded_logits(lengths, bound=1.0, trials=64, seed=0)
@@ -260,8 +253,8 @@ def test_synthetic_bounded_logits_vanish_as_one_over_l():
 
 
 def test_doubling_grid():
-    assert V.doubling_grid(32, 1024) == [32, 64, 128, 256, 512, 1024]
-    assert V.doubling_grid(5, 5) == [5]
+    assert length_grid(32, 1024) == [32, 64, 128, 256, 512, 1024]
+    assert length_grid(5, 5) == [5]
 
 
 # -------------------------------------------------------------------------------- errors
@@ -280,8 +273,6 @@ def test_bad_lengths_are_rejected():
         V.row_logits(torch.randn(16, 2), torch.randn(16, 2), 1.0, [8, 32])
     with pytest.raises(ValueError, match="empty"):
         V.check_lengths([], 8)
-    with pytest.raises(ValueError, match="two distinct"):
-        V.power_law_fit([8], torch.ones(1))
     with pytest.raises(ValueError, match="Delta"):
         V.paper_log_bounds(-1.0, 4)
     with pytest.raises(ValueError, match="kind"):
@@ -349,14 +340,14 @@ def test_sweep_capture_matches_the_models_own_weights():
 
 
 def test_synthetic_sink_keeps_a_constant_weight_until_l_is_large():
-    lengths = V.doubling_grid(32, 1024)
+    lengths = length_grid(32, 1024)
     logits = V.synthetic_sink_logits(lengths, bound=8.0, trials=16, seed=0)
     finite = logits[torch.isfinite(logits)]
     assert float(finite.max()) == 8.0 and float(finite.min()) >= -8.0
     stats = V.row_statistics(logits, torch.full((16, len(lengths)), 8.0, dtype=torch.float64), lengths)
     assert stats.violations("sharp") == 0
     assert bool((stats.argmax_key == 0).all())
-    exponent, _ = V.power_law_fit(lengths, stats.first_key_weight.mean(0))
+    exponent = loglog_fit(lengths, stats.first_key_weight.mean(0)).exponent
     assert float(exponent) > -0.1          # far from -1 at L <= 1024 ...
     # ... and the predicted weight 1/(1 + (L-1)(1-e^-a)/(a e^a)) matches within sampling noise
     a = 8.0
@@ -377,3 +368,60 @@ def test_head_summary_argmax_distance():
     table = V.head_summary(stats)
     assert table["argmax_first_key"].tolist() == [1.0, 0.0]
     assert table["argmax_distance"].tolist() == [3.0, 0.0]   # median of (3, 7) is the lower, 3
+
+
+# ------------------------------------------------------------------- chapter-level helpers
+def test_synthetic_families_obey_the_bounds_and_the_table_reads_them():
+    lengths = length_grid(32, 512)
+    families = V.synthetic_families(lengths, bounds=(0.5, 5.0), sink_bound=8.0, trials=32)
+    assert list(families) == ["uniform, a = 0.5", "uniform, a = 5", "sink, a = 8"]
+    table = V.family_table(families)
+    assert (table["outside"] == 0).all()
+    assert -1.1 < table.loc["uniform, a = 0.5", "exponent of max alpha"] < -0.9
+    assert table.loc["sink, a = 8", "exponent of max alpha"] > -0.2      # the sink does not vanish
+    assert table.loc["uniform, a = 5", "e^(2a)"] == pytest.approx(math.exp(10))
+
+
+def test_general_normalizer_check_counts_violations_of_a_wrong_ratio():
+    lengths = length_grid(32, 256)
+    good = V.general_normalizer_check(lengths, torch.nn.functional.softplus, 2.0, trials=16)
+    assert good["outside"] == 0 and good["weights"] == 16 * sum(lengths)
+    assert good["ratio"] == pytest.approx(math.log1p(math.exp(2)) / math.log1p(math.exp(-2)))
+    decreasing = V.general_normalizer_check(lengths, lambda l: torch.exp(-l), 2.0, trials=8)
+    assert decreasing["ratio"] == pytest.approx(math.exp(4)) and decreasing["outside"] == 0
+    bowl = V.general_normalizer_check(lengths, lambda l: l * l + 0.1, 2.0, trials=8)
+    assert bowl["ratio"] == pytest.approx(4.1 / 0.1) and bowl["outside"] == 0
+    with pytest.raises(ValueError, match="positive"):
+        V.general_normalizer_check(lengths, lambda l: l, 2.0, trials=2)
+
+
+def test_sweep_captures_stacks_windows_and_checks_parity(tiny_loaded):
+    from normlimits.capture import iter_captures
+
+    windows = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    stats, parity = V.sweep_captures(iter_captures(tiny_loaded, windows), [8, 16, 32])
+    assert stats.max_weight.shape == (2, 2, 4, 3)
+    assert parity < 1e-5
+    room = V.bound_room_table(stats)
+    assert room.iloc[:2, 0].tolist() == [1.0, 1.0]          # proven bounds hold on every weight
+    assert (room.iloc[:2, 1] >= 0).all() and (room.iloc[:2, 2] >= 0).all()
+    with pytest.raises(ValueError, match="zero windows"):
+        V.sweep_captures(iter([]), [8])
+
+
+def test_non_vanishing_report_names_sinks_and_handles_empty_groups(tiny_loaded):
+    from normlimits.capture import iter_captures
+
+    windows = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(1))
+    stats, _ = V.sweep_captures(iter_captures(tiny_loaded, windows), [8, 16, 32, 64])
+    heads = V.head_summary(stats)
+    heads["head"] = [f"L{l}H{h}" for l, h in zip(heads["layer"], heads["head"])]
+    for flags, word in ((True, "every head is non-vanishing"), (False, "no head is non-vanishing")):
+        heads["non_vanishing"] = flags
+        report = V.non_vanishing_report(heads, stats)
+        assert word in report["vanish_compare"] and len(report["table"]) == len(heads)
+    heads["non_vanishing"] = [True] + [False] * (len(heads) - 1)
+    heads["argmax_first_key"] = [0.9] + [0.0] * (len(heads) - 1)
+    report = V.non_vanishing_report(heads, stats)
+    assert report["sink_sentence"].startswith("1 of the 1 non-vanishing heads")
+    assert 0.0 <= report["bite_fraction"] <= 1.0 and len(report["table"]) == 1

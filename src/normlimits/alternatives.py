@@ -47,6 +47,8 @@ from normlimits import distances as D
 from normlimits import jacobian as J
 from normlimits import separability as S
 from normlimits import vanishing as V
+from normlimits.fits import loglog_fit
+from normlimits.protocol import length_grid
 from normlimits.normalizers import (NORMALIZERS, Normalizer, check_temperature, get_normalizer,
                                     ssmax_scale, visible_count, visible_mask)
 
@@ -465,7 +467,7 @@ class YardstickConfig:
         if length < 2 * smallest:
             raise ValueError(f"windows of L={length} are too short for the sweep from "
                              f"L={smallest}; use windows of at least {2 * smallest} tokens.")
-        lengths = tuple(V.doubling_grid(smallest, length))
+        lengths = tuple(length_grid(smallest, length))
         positions = torch.linspace(length // 2 - 1, length - 1, rows).round().long().unique()
         shortest = int(positions.min()) + 1
         n_grid = tuple(2 ** k for k in range(0, int(math.log2(shortest - 1)) + 1))
@@ -616,7 +618,7 @@ class YardstickResults:
     def max_weight_exponent(self, key: str) -> Tensor:
         """Per head: fitted exponent e of ``max weight ~ L^e`` (geometric mean over windows)."""
         mw = self.stats[key]["max_weight"].clamp_min(1e-300).log().mean(0).exp()
-        return V.power_law_fit(list(self.config.lengths), mw.reshape(-1, mw.shape[-1]))[0]
+        return loglog_fit(list(self.config.lengths), mw.reshape(-1, mw.shape[-1])).exponent
 
     def decoupling(self, key: str, reference: str = "softmax") -> dict:
         """Jacobian norm at equal selectivity: ``key`` against ``reference`` across the T grid.

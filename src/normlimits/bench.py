@@ -72,6 +72,8 @@ import torch
 from greenlet import greenlet
 from torch import Tensor
 
+from . import protocol
+from .protocol import PAPER_TABLE1, half_octave_grid
 from .separability import SPACED_ROW_COUNT, spaced_rows
 
 __all__ = [
@@ -89,41 +91,16 @@ __all__ = [
     "write_rows",
     "read_rows",
     "default_output",
-    "scaling_fit",
     "main",
 ]
 
 DEFAULT_MODEL = "gpt2-random"
 DEFAULT_WINDOWS = 8
-DEFAULT_LENGTH = 1024
-
-#: The paper's Table 1 (Appendix B): workload -> (the paper's label, seconds, parallelised).
-PAPER_TABLE1: dict[str, tuple[str, float, bool]] = {
-    "distance_vs_length": ("Alg. 1 (distance vs L)", 24 * 60.0, False),
-    "distance_vs_top_n": ("Alg. 2 (distance vs N)", 37 * 60.0, False),
-    "critical_n": ("Alg. 3 (critical N)", 17 * 3600.0 + 4 * 60.0, True),
-    "separability": ("Alg. 4 (geometric)", 7 * 60.0, False),
-    "gradient": ("Alg. 5 (gradient)", 60.0, False),
-}
-
+DEFAULT_LENGTH = protocol.MAX_LENGTH
 
 # --------------------------------------------------------------------------------------------
 # The five workloads at the paper's grids
 # --------------------------------------------------------------------------------------------
-
-
-def _half_octaves(smallest: int, largest: int) -> list[int]:
-    """The distances chapter's L grid: ``2^k`` and ``1.5 * 2^k`` from ``smallest`` up to
-    ``largest`` (32, 48, 64, 96, ..., 768, 1024), with ``largest`` itself included."""
-    grid = set()
-    k = 0
-    while 2 ** k <= largest:
-        for value in (2 ** k, 3 * 2 ** k // 2):
-            if smallest <= value <= largest:
-                grid.add(value)
-        k += 1
-    grid.add(largest)
-    return sorted(grid)
 
 
 @dataclass(frozen=True)
@@ -151,14 +128,14 @@ class BenchConfig:
 
     length: int = DEFAULT_LENGTH
     smallest_length: int = 32
-    fixed_n: int = 5
-    top_n: tuple[int, ...] = (1, 5, 10, 20, 100)
-    separability_n: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+    fixed_n: int = protocol.FIXED_N
+    top_n: tuple[int, ...] = protocol.TOP_N_GRID
+    separability_n: tuple[int, ...] = protocol.SEPARABILITY_N_GRID
     separability_row_count: int | None = SPACED_ROW_COUNT
-    rows: int = 64
-    epsilons: tuple[float, ...] = (1e-3, 1e-1, 10.0)
-    temperatures_per_decade: int = 4
-    alphas: tuple[float, ...] = (0.01, 0.05)
+    rows: int = protocol.JACOBIAN_ROWS
+    epsilons: tuple[float, ...] = protocol.EPSILONS
+    temperatures_per_decade: int = protocol.TEMPERATURES_PER_DECADE
+    alphas: tuple[float, ...] = protocol.KS_ALPHAS
 
     def __post_init__(self) -> None:
         if self.length < 2:
@@ -168,7 +145,7 @@ class BenchConfig:
     def lengths(self) -> list[int]:
         """The L grid of Fig. 2a and 2c, as the distances chapter uses it: 32, 48, 64, 96, ...,
         768, 1024 (half octaves), cut at ``length`` (``length`` always included)."""
-        return _half_octaves(min(self.smallest_length, self.length), self.length)
+        return half_octave_grid(min(self.smallest_length, self.length), self.length)
 
     @property
     def top_n_grid(self) -> list[int]:
@@ -722,23 +699,6 @@ def format_table(rows: list[dict]) -> str:
                   f"jobs the wall times inflate; the unshared wall time lies between CPU time / "
                   f"{total['threads']} (work that uses every thread) and CPU time (serial work).")
     return f"{head}\n{body}\n{notes}"
-
-
-# --------------------------------------------------------------------------------------------
-# Scaling fits (for the "Reproduction cost" page)
-# --------------------------------------------------------------------------------------------
-
-
-def scaling_fit(x: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
-    """Least-squares fit ``seconds = c * x ** exponent`` in log-log; returns ``(exponent, c)``."""
-    x = np.asarray(x, dtype=float)
-    y = np.asarray(seconds, dtype=float)
-    if x.size < 2 or np.unique(x).size < 2:
-        raise ValueError("a scaling fit needs at least two distinct sizes.")
-    if (x <= 0).any() or (y <= 0).any():
-        raise ValueError("sizes and times must be positive for a log-log fit.")
-    exponent, log_c = np.polyfit(np.log(x), np.log(y), 1)
-    return float(exponent), float(math.exp(log_c))
 
 
 # --------------------------------------------------------------------------------------------

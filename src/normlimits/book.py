@@ -1,16 +1,25 @@
 """What every chapter does first and last: load model and corpus, show provenance, guard results.
 
-A chapter starts with ``ctx = start_chapter("vanishing")``: it fixes torch's threads, resolves the
-model and corpus settings, displays the provenance banner (design section 3) and returns the
-:class:`ChapterContext`. Assertion cells use :func:`check` and :func:`check_bound`, which raise
-``AssertionError`` with a message that says what broke, so the strict build fails.
+A chapter starts with ``ctx = start_chapter("vanishing")`` in a cell the page does not show: it
+fixes torch's threads, resolves the model and corpus settings, displays the provenance banner and
+returns the :class:`ChapterContext`, which also cuts the corpus windows (``ctx.windows(L)``) and
+captures them (``ctx.captures(L)``). It ends with ``ctx.finish()``, which records the chapter's
+execution time next to its ledger rows. Assertion cells use :func:`check` and
+:func:`check_bound`, which raise ``AssertionError`` with a message that says what broke, so the
+strict build fails; :func:`glue_all` glues a dictionary of numbers for the prose.
+
+The banner never shows a path of the building machine: the corpus is named by its title, its
+source (a URL, or a file's name) and its sha256; the model by its setting, size and source, with
+the home folder and the repository's folder replaced by ``~`` and ``.`` (:func:`public_text`).
 """
 
 from __future__ import annotations
 
 import html
+import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -32,28 +41,76 @@ class ChapterContext:
     @property
     def model_label(self) -> str:
         """Short label for the ledger and captions, e.g. ``standin (0.9M params)``."""
-        return f"{self.loaded.name} ({self.loaded.n_params / 1e6:.1f}M params)"
+        return public_text(f"{self.loaded.name} ({self.loaded.n_params / 1e6:.1f}M params)")
 
     def elapsed(self) -> float:
         """Seconds since the chapter started."""
         return time.perf_counter() - self.started
 
+    def windows(self, length: int | None = None, count: int | None = None):
+        """The chapter's corpus windows, LongTensor [count, length] (default: the model's whole
+        context and the window-count setting)."""
+        from .corpus import token_windows
+
+        return token_windows(self.loaded, self.corpus, length or self.loaded.max_positions,
+                             count or self.window_count)
+
+    def captures(self, length: int | None = None, count: int | None = None):
+        """One capture per window of :meth:`windows` (one forward pass each), as an iterator of
+        :class:`~normlimits.capture.WindowCapture`."""
+        from .capture import iter_captures
+
+        return iter_captures(self.loaded, self.windows(length, count))
+
+    def finish(self) -> float:
+        """Record the chapter's execution time (seconds since it started) beside its ledger rows,
+        in ``<ledger dir>/<chapter>.timing.json``; returns it and glues ``chapter_seconds``."""
+        from .cache import atomic_write_json
+        from .ledger import ledger_dir
+
+        seconds = self.elapsed()
+        atomic_write_json(ledger_dir() / f"{self.chapter}.timing.json",
+                          {"chapter": self.chapter, "seconds": seconds, "model": self.model_label,
+                           "windows": self.window_count})
+        _glue("chapter_seconds", seconds)
+        return seconds
+
+
+def public_text(text: str) -> str:
+    """``text`` with the building machine's folders hidden: the repository's folder (the book
+    root, or the current folder) becomes ``.``, the home folder ``~``."""
+    from .ledger import book_root
+
+    root = book_root() or Path.cwd()
+    for folder, name in ((root.resolve(), "."), (Path.home().resolve(), "~")):
+        text = re.sub(re.escape(str(folder)) + r"(?=/|\b|$)", name, text)
+    return text
+
+
+def corpus_label(corpus: Corpus) -> str:
+    """The corpus in words, without a machine path: its title, where it is from, its size."""
+    head = corpus.text[:5000].lower()
+    title = ("Tolstoy, War and Peace" if "war and peace" in head or "tolstoy" in head
+             else "a user-supplied text")
+    where = corpus.source if corpus.source.startswith(("http://", "https://")) \
+        else f"local file {Path(corpus.source).name}"
+    return f"{title} ({where}, {corpus.n_bytes:,} bytes, sha256 {corpus.sha256})"
+
 
 def provenance_lines(loaded: LoadedModel, corpus: Corpus, windows: int) -> list[str]:
-    """The banner's facts as plain sentences."""
+    """The banner's facts as plain sentences (no path of the building machine)."""
     lines = [
         f"Model: {loaded.name}, {loaded.n_params:,} parameters, {loaded.n_layers} layers x "
         f"{loaded.n_heads} heads (d_head {loaded.d_head}), context {loaded.max_positions}; "
         f"from {loaded.source}; tokenizer {loaded.tokenizer_kind}.",
-        f"Corpus: {corpus.source} ({corpus.n_bytes:,} bytes, sha256 {corpus.sha256}); "
-        f"{windows} windows.",
+        f"Corpus: {corpus_label(corpus)}; {windows} windows.",
     ]
     if not loaded.is_paper_model:
         lines.append("This is not the paper's GPT-2 124M: the numbers below are not the paper's "
                      "setting. Set NORMLIMITS_MODEL=gpt2 where GPT-2 can be downloaded to rerun "
                      "on the paper's model.")
     lines.extend(note for note in loaded.notes if note not in lines and "not the paper's" not in note)
-    return lines
+    return [public_text(line) for line in lines]
 
 
 class ProvenanceBanner:
@@ -113,3 +170,22 @@ def check_bound(values, lower=None, upper=None, *, name: str, rtol: float = 1e-6
             raise AssertionError(f"{name}: {int(bad.sum())} of {count} values lie {word} bound "
                                  f"(worst by {float(-slack.min()):.3g})")
     return count
+
+
+def _glue(name: str, value) -> None:
+    from myst_nb import glue
+
+    glue(name, value, display=False)
+
+
+def glue_all(values: dict) -> dict:
+    """Glue every ``name: value`` for the prose; numpy and torch scalars become Python numbers (so
+    numpy 2's repr does not leak into the text), strings stay strings; returns ``values``."""
+    for name, value in values.items():
+        if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+            value = value.item()
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise TypeError(f"glue_all: {name!r} is a {type(value).__name__}; glue numbers or "
+                            "strings (format booleans and lists into words first)")
+        _glue(name, value)
+    return values

@@ -52,6 +52,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .fits import loglog_fit, slope_through_origin
+
 __all__ = [
     "DistanceProfile",
     "distance_profile",
@@ -683,10 +685,9 @@ def fit_critical_n(lengths: Sequence[int], critical: Sequence[int | None]) -> Po
     if len(pairs) < 2:
         return None
     Ls, Ns = np.array(pairs).T
-    slope = float((Ls * Ns).sum() / (Ls * Ls).sum())
-    exponent, log_pref = np.polyfit(np.log(Ls), np.log(Ns), 1)
-    return PowerFit(slope=slope, prefactor=float(math.exp(log_pref)), exponent=float(exponent),
-                    points=len(pairs))
+    power = loglog_fit(Ls, Ns)
+    return PowerFit(slope=slope_through_origin(Ls, Ns), prefactor=float(power.prefactor),
+                    exponent=float(power.exponent), points=len(pairs))
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ __all__ = [
     "general_jacobian",
     "linearised_sensitivity",
     "log_derivative_bound",
-    "loglog_slope",
     "lemma2_bound",
     "model_sensitivity",
     "paper_curve",
@@ -503,29 +502,3 @@ def model_sensitivity(loaded, windows: Tensor, temperatures=None, epsilons=(1e-3
     profile.seconds = time.perf_counter() - start
     profile.extra["row_positions"] = row_index
     return profile
-
-
-def loglog_slope(x, y, low: float | None = None, high: float | None = None) -> float:
-    """Least-squares slope of ``log y`` against ``log x`` over ``low <= x <= high`` (NaN if < 2 points).
-
-    ``x``, ``y``: 1-D, positive where used (non-positive ``y`` are skipped). A slope of -1 is a
-    ``1/T`` law; 0 is flat.
-    """
-    def as_vector(values) -> Tensor:
-        if isinstance(values, Tensor):
-            return values.detach().to(torch.float64).reshape(-1)
-        return torch.tensor([float(v) for v in values], dtype=torch.float64)
-
-    x, y = as_vector(x), as_vector(y)
-    if x.shape != y.shape:
-        raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must have the same length")
-    keep = (x > 0) & (y > 0) & torch.isfinite(y)
-    if low is not None:
-        keep &= x >= low * (1 - 1e-9)
-    if high is not None:
-        keep &= x <= high * (1 + 1e-9)
-    if int(keep.sum()) < 2:
-        return float("nan")
-    lx, ly = x[keep].log(), y[keep].log()
-    lx = lx - lx.mean()
-    return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())

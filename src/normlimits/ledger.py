@@ -1,9 +1,13 @@
-"""The claims ledger: one row per claim of the paper, with what was measured and the verdict.
+"""The claims ledger: one row per graded claim, with its rule, the values and the verdict.
 
-Chapters call :func:`record` as they execute; each chapter's rows go to
-``<ledger dir>/<chapter>.json`` (default ``_build/ledger`` under the book's root, or
-``NORMLIMITS_LEDGER_DIR``). The book's Sphinx extension (:mod:`normlimits.sphinx_ledger`) turns
-them into the Verdicts table and writes the merged ``_build/ledger.json``.
+Chapters write rows through :func:`normlimits.claims.record`, which grades the values by the
+claim's registered rule; each chapter's rows go to ``<ledger dir>/<chapter>.json`` (default
+``_build/ledger`` under the book's root, or ``NORMLIMITS_LEDGER_DIR``). The book's Sphinx
+extension (:mod:`normlimits.sphinx_ledger`) reads the same folder, builds the Verdicts page and
+writes the merged ``_build/ledger.json``.
+
+A row is valid only if its verdict is what its own recorded criteria, values and outcomes give
+(:func:`normlimits.claims.regrade`): no row can carry a verdict its rule does not produce.
 """
 
 from __future__ import annotations
@@ -13,23 +17,11 @@ import os
 from pathlib import Path
 
 from .cache import atomic_write_json
+from .claims.rules import VERDICTS, regrade
 
 LEDGER_ENV = "NORMLIMITS_LEDGER_DIR"
-VERDICTS = ("confirmed", "corrected", "refuted", "not testable")
-FIELDS = ("id", "chapter", "claim", "paper", "measured", "verdict", "model")
-
-#: The claim ids each chapter must record (the chapter issues fix them). The Verdicts page
-#: warns, and so fails the strict build, when a chapter in the table of contents misses one.
-EXPECTED_CLAIMS: dict[str, tuple[str, ...]] = {
-    "vanishing": ("L1", "C1", "C1S", "NU"),
-    "distances": ("T1a", "T1b", "C2i", "C2ii", "F2a", "F2b", "F2c"),
-    "separability": ("T2", "F3", "S80", "MH"),
-    "gradients": ("EX", "L2", "C3", "F4", "TR"),
-    "alternatives": tuple(f"ALT-{key}-{yardstick}" for yardstick in ("vanishing", "gradient")
-                          for key in ("sparsemax", "entmax15", "ssmax", "softmax1", "adaptive",
-                                      "sa-softmax"))
-    + ("ALT-collapse", "ALT-ssmax-separability", "ALT-sparsemax-separability"),
-}
+FIELDS = ("id", "chapter", "section", "claim", "paper", "measured", "verdict", "model", "rule",
+          "criteria", "outcomes", "headline", "statistic")
 
 
 def book_root(start: Path | None = None) -> Path | None:
@@ -41,11 +33,13 @@ def book_root(start: Path | None = None) -> Path | None:
     return None
 
 
-def ledger_dir() -> Path:
-    """Where chapters write their rows."""
+def ledger_dir(start: Path | None = None) -> Path:
+    """Where chapters write their rows and the Verdicts page reads them: ``NORMLIMITS_LEDGER_DIR``
+    if set, else ``_build/ledger`` under the book root found from ``start`` (default: cwd), else
+    the cache folder's ``ledger``."""
     if os.environ.get(LEDGER_ENV):
         return Path(os.environ[LEDGER_ENV])
-    root = book_root()
+    root = book_root(start)
     if root is None:
         from .settings import cache_dir
 
@@ -53,23 +47,32 @@ def ledger_dir() -> Path:
     return root / "_build" / "ledger"
 
 
+def row_key(row: dict) -> tuple[str, str]:
+    """A row's identity within its chapter file: (claim id, variant or '')."""
+    return row["id"], row.get("variant", "")
+
+
 def validate_row(row: dict) -> dict:
-    """Check a ledger row's fields and verdict; returns it."""
-    missing = [f for f in FIELDS if not str(row.get(f, "")).strip()]
+    """Check a row's fields, its verdict, and that the verdict follows from its own rule."""
+    missing = [f for f in FIELDS if f not in row or (isinstance(row[f], str) and not row[f].strip())]
     if missing:
         raise ValueError(f"ledger row {row.get('id')!r} lacks {missing}")
     if row["verdict"] not in VERDICTS:
         raise ValueError(f"ledger row {row['id']!r}: verdict {row['verdict']!r} is not one of {VERDICTS}")
+    again = regrade(row)
+    if again != row["verdict"]:
+        raise ValueError(f"ledger row {row['id']!r}: verdict {row['verdict']!r} does not follow from "
+                         f"its recorded rule and values, which give {again!r}")
+    if row["verdict"] == "not testable" and not str(row.get("reason", "")).strip():
+        raise ValueError(f"ledger row {row['id']!r} is not testable but gives no reason")
     return row
 
 
-def record(id: str, chapter: str, claim: str, paper: str, measured: str, verdict: str,
-           model: str, **extra) -> dict:
-    """Record (or replace) the verdict on claim ``id`` of ``chapter``; returns the row."""
-    row = validate_row({"id": id, "chapter": chapter, "claim": claim, "paper": paper,
-                        "measured": measured, "verdict": verdict, "model": model, **extra})
-    path = ledger_dir() / f"{chapter}.json"
-    rows = [r for r in read_rows(path) if r["id"] != id]
+def write_row(row: dict) -> dict:
+    """Record (or replace) ``row`` in its chapter's file, atomically; returns it."""
+    validate_row(row)
+    path = ledger_dir() / f"{row['chapter']}.json"
+    rows = [r for r in read_rows(path) if row_key(r) != row_key(row)]
     rows.append(row)
     atomic_write_json(path, rows)
     return row
@@ -82,17 +85,20 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def collect(directory: Path, chapters: list[str]) -> list[dict]:
-    """All rows of ``chapters`` (in that order, rows in the expected-claims order where known)."""
+    """All rows of ``chapters`` (in that order; within a chapter in registry order, then variant)."""
+    from .claims import REGISTRY
+
+    order = {cid: i for i, cid in enumerate(REGISTRY)}
     rows: list[dict] = []
     for chapter in chapters:
         found = read_rows(Path(directory) / f"{chapter}.json")
-        order = {cid: i for i, cid in enumerate(EXPECTED_CLAIMS.get(chapter, ()))}
-        rows.extend(sorted(found, key=lambda r: order.get(r["id"], len(order))))
+        rows.extend(sorted(found, key=lambda r: (order.get(r["id"], len(order)), r.get("variant", ""))))
     return rows
 
 
 def missing_claims(rows: list[dict], chapters: list[str]) -> list[str]:
-    """Expected claim ids of ``chapters`` that have no row."""
+    """Registered claim ids of ``chapters`` that have no row."""
+    from .claims import expected_claims
+
     have = {(r["chapter"], r["id"]) for r in rows}
-    return [f"{ch}:{cid}" for ch in chapters for cid in EXPECTED_CLAIMS.get(ch, ())
-            if (ch, cid) not in have]
+    return [f"{ch}:{cid}" for ch in chapters for cid in expected_claims(ch) if (ch, cid) not in have]

@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from .normalizers import softmax_with_temperature
+from .protocol import SEPARABILITY_SPACED_ROWS
 
 __all__ = [
     "SeparabilityResult",
@@ -151,7 +152,7 @@ def min_pairwise_distance(vectors: Tensor, exclude_duplicates: bool = False,
 
 #: query rows per window of the benchmark's separability workload (evenly spaced, see
 #: :func:`spaced_rows`); the chapter measures what this subsample changes against every row.
-SPACED_ROW_COUNT = 128
+SPACED_ROW_COUNT = SEPARABILITY_SPACED_ROWS
 
 
 def spaced_rows(length: int, count: int = SPACED_ROW_COUNT) -> Tensor:

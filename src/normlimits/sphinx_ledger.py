@@ -1,13 +1,21 @@
-"""Sphinx extension: the Verdicts table, built from the chapters' ledger rows after they executed.
+"""Sphinx extension: the Verdicts page, built from the chapters' ledger rows after they executed.
 
-``{claims-ledger}`` places a table on a page. Every document is read (so every chapter executed)
-before any is written, so the table is filled at ``doctree-resolved`` from the ledger files the
-chapters wrote. At ``build-finished`` the merged rows are written to ``_build/ledger.json``.
-A claim a chapter is expected to record but did not is a warning (an error under ``-W``).
+``{claims-ledger}`` places the summary on a page: first the count of claims per verdict, then one
+compact table per chapter (id, the claim in a few words, the verdict, the one number it rests on
+with its rule threshold, a link to the chapter's verdict), each row with the paper's wording, what
+was measured and the rule behind a "details" toggle. ``$math$`` in the registry's texts is
+rendered as math. Every document is read (so every chapter executed) before any is written, so
+the page is filled at ``doctree-resolved`` from the ledger folder the chapters wrote
+(:func:`normlimits.ledger.ledger_dir`). At ``build-finished`` the rows are merged into
+``_build/ledger.json``. A registered claim that a chapter of the table of contents did not record
+is a warning (an error under ``-W``).
 """
 
 from __future__ import annotations
 
+import html
+import re
+from collections import Counter
 from pathlib import Path
 
 from docutils import nodes
@@ -15,15 +23,15 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from . import ledger
+from .claims import VERDICTS, Criterion
 
 logger = logging.getLogger(__name__)
-#: (column, relative width) after the chapter column; the verdict sits next to the id so that it
-#: is the first thing a reader sees (book/_static/ledger.css colours it and fits the table)
-COLUMNS = (("id", 2), ("verdict", 4), ("claim", 5), ("paper", 6), ("measured", 9))
+#: columns of a chapter's table and their relative widths (book/_static/ledger.css fits them)
+COLUMNS = (("id", 2), ("claim", 9), ("verdict", 3), ("rests on", 6))
 
 
 class ledger_placeholder(nodes.General, nodes.Element):
-    """Replaced by the Verdicts table once every chapter has executed."""
+    """Replaced by the Verdicts summary once every chapter has executed."""
 
 
 class ClaimsLedgerDirective(SphinxDirective):
@@ -37,50 +45,131 @@ def _root(app) -> Path:
 
 def _chapters(app) -> list[str]:
     """Docnames in reading order of the table of contents, as chapter ids (file stems)."""
-    names = [d for d in app.env.found_docs]
+    names = list(app.env.found_docs)
     order = {name: i for i, name in enumerate(app.env.toctree_includes.get(app.config.root_doc, []))}
     names.sort(key=lambda d: (order.get(d, len(order)), d))
     return [Path(d).name for d in names]
 
 
 def _rows(app) -> list[dict]:
-    return ledger.collect(_root(app) / "_build" / "ledger", _chapters(app))
+    return ledger.collect(ledger.ledger_dir(_root(app)), _chapters(app))
 
 
-def _paragraph(text: str) -> nodes.paragraph:
-    return nodes.paragraph(text=text)
+def inline(text: str) -> list[nodes.Node]:
+    """Plain text with ``$...$`` spans turned into math nodes (MathJax renders them)."""
+    parts = re.split(r"(?<!\\)\$([^$]+)\$", text)
+    out: list[nodes.Node] = []
+    for i, part in enumerate(parts):
+        if not part:
+            continue
+        out.append(nodes.math(part, part) if i % 2 else nodes.Text(part.replace("\\$", "$")))
+    return out
 
 
-def _table(rows: list[dict], app, fromdocname: str) -> nodes.table:
+def _paragraph(text: str, classes=()) -> nodes.paragraph:
+    para = nodes.paragraph(classes=list(classes))
+    para.extend(inline(text))
+    return para
+
+
+def _badge(verdict: str) -> nodes.inline:
+    return nodes.inline(verdict, verdict, classes=["verdict-badge", f"verdict-{verdict.replace(' ', '-')}"])
+
+
+def _number(value) -> str:
+    return "not measured" if value is None else f"{value:.3g}"
+
+
+def _rests_on(row: dict) -> nodes.paragraph:
+    head = next(c for c in row["criteria"] if c["key"] == row["headline"])
+    rule = Criterion(head["key"], head["statistic"], head["op"],
+                     tuple(head["threshold"]) if isinstance(head["threshold"], list) else head["threshold"],
+                     head["kind"]).describe()
+    para = nodes.paragraph()
+    para += nodes.literal(_number(head["value"]), _number(head["value"]))
+    para += nodes.Text(f" (rule: {rule}) ")
+    para.extend(inline(head["statistic"]))
+    return para
+
+
+def _summary(rows: list[dict]) -> nodes.raw:
+    counts = Counter(r["verdict"] for r in rows)
+    items = "".join(
+        f'<span class="verdict-count verdict-{v.replace(" ", "-")}" data-verdict="{html.escape(v)}">'
+        f'<span class="verdict-count-number">{counts.get(v, 0)}</span> {html.escape(v)}</span>'
+        for v in VERDICTS)
+    text = (f'<p class="verdict-summary" data-total="{len(rows)}"><strong>{len(rows)} graded '
+            f'claims:</strong> {items}</p>')
+    return nodes.raw("", text, format="html")
+
+
+def _details(row: dict) -> list[nodes.Node]:
+    """The full texts behind a toggle: the paper's words, what was measured, the rule."""
+    body = [nodes.raw("", "<details class=\"claim-details\"><summary>paper, measured, rule</summary>",
+                      format="html")]
+    scope = f" Scope: {row['scope']}." if row.get("scope") else ""
+    reading = f" Reading: {row['reading']}." if row.get("reading") else ""
+    body += [_paragraph(f"Paper ({row['section']}): {row['paper']}"),
+             _paragraph(f"Measured on {row['model']}: {row['measured']}{reading}"),
+             _paragraph(f"Rule: {row['rule']}.{scope}")]
+    if row.get("reason"):
+        body.append(_paragraph(f"Not testable here: {row['reason']}"))
+    body.append(nodes.raw("", "</details>", format="html"))
+    return body
+
+
+def _chapter_table(rows: list[dict], app, fromdocname: str, chapter_doc: str | None) -> nodes.table:
     table = nodes.table(classes=["claims-ledger", "colwidths-given"])
-    group = nodes.tgroup(cols=len(COLUMNS) + 1)
+    group = nodes.tgroup(cols=len(COLUMNS))
     table += group
-    for _, width in (("chapter", 4),) + COLUMNS:
+    for _, width in COLUMNS:
         group += nodes.colspec(colwidth=width)
     head = nodes.thead()
     header = nodes.row()
-    for title in ("chapter",) + tuple(c for c, _ in COLUMNS):
-        header += nodes.entry("", _paragraph(title))
+    for title, _ in COLUMNS:
+        header += nodes.entry("", nodes.paragraph(text=title))
     head += header
     group += head
     body = nodes.tbody()
-    docnames = {Path(d).name: d for d in app.env.found_docs}
     for row in rows:
-        tr = nodes.row(classes=[f"verdict-{row['verdict'].replace(' ', '-')}"])
-        chapter_doc = docnames.get(row["chapter"])
+        tr = nodes.row(classes=[f"verdict-{row['verdict'].replace(' ', '-')}"], ids=[])
+        label = row["id"] + (f" ({row['variant']})" if row.get("variant") else "")
         cell = nodes.paragraph()
         if chapter_doc:
-            ref = nodes.reference("", app.env.titles[chapter_doc].astext(), internal=True,
-                                  refuri=app.builder.get_relative_uri(fromdocname, chapter_doc))
-            cell += ref
+            cell += nodes.reference("", label, internal=True,
+                                    refuri=app.builder.get_relative_uri(fromdocname, chapter_doc) + "#verdict")
         else:
-            cell += nodes.Text(row["chapter"])
+            cell += nodes.Text(label)
         tr += nodes.entry("", cell)
-        for column, _ in COLUMNS:
-            tr += nodes.entry("", _paragraph(str(row[column])))
+        claim = nodes.entry("", _paragraph(row["claim"]))
+        claim.extend(_details(row))
+        tr += claim
+        tr += nodes.entry("", nodes.paragraph("", "", _badge(row["verdict"])))
+        tr += nodes.entry("", _rests_on(row))
         body += tr
     group += body
     return table
+
+
+def _page(rows: list[dict], app, fromdocname: str) -> list[nodes.Node]:
+    out: list[nodes.Node] = [_summary(rows)]
+    docnames = {Path(d).name: d for d in app.env.found_docs}
+    by_chapter: dict[str, list[dict]] = {}
+    for row in rows:
+        by_chapter.setdefault(row["chapter"], []).append(row)
+    for chapter, chapter_rows in by_chapter.items():
+        doc = docnames.get(chapter)
+        title = app.env.titles[doc].astext() if doc else chapter
+        heading = nodes.rubric(classes=["verdict-chapter"])
+        if doc:
+            heading += nodes.reference("", title, internal=True,
+                                       refuri=app.builder.get_relative_uri(fromdocname, doc))
+        else:
+            heading += nodes.Text(title)
+        counts = Counter(r["verdict"] for r in chapter_rows)
+        heading += nodes.Text("  (" + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v]) + ")")
+        out += [heading, _chapter_table(chapter_rows, app, fromdocname, doc)]
+    return out
 
 
 def _resolve(app, doctree, fromdocname):
@@ -91,7 +180,7 @@ def _resolve(app, doctree, fromdocname):
     for missing in ledger.missing_claims(rows, _chapters(app)):
         logger.warning(f"claims ledger: no verdict recorded for {missing}", location=fromdocname)
     for node in placeholders:
-        node.replace_self(_table(rows, app, fromdocname) if rows else _paragraph("No verdicts recorded."))
+        node.replace_self(_page(rows, app, fromdocname) if rows else [nodes.paragraph(text="No verdicts recorded.")])
 
 
 def _write_json(app, exception):
@@ -102,7 +191,7 @@ def _write_json(app, exception):
 
 
 def _ledger_docs(env) -> list[str]:
-    """Documents that hold a ``{claims-ledger}`` table."""
+    """Documents that hold a ``{claims-ledger}`` summary."""
     found = []
     for doc in env.found_docs:
         try:
@@ -116,7 +205,7 @@ def _ledger_docs(env) -> list[str]:
 
 def _outdated(app, env, added, changed, removed):
     """Whenever any document is re-read (a chapter may execute and record new verdicts), re-read
-    and so rewrite the pages holding the table too, although their own source did not change."""
+    and so rewrite the pages holding the summary too, although their own source did not change."""
     if not (added or changed or removed):
         return []
     return [doc for doc in _ledger_docs(env) if doc not in added and doc not in changed]
@@ -128,4 +217,4 @@ def setup(app):
     app.connect("env-get-outdated", _outdated)
     app.connect("doctree-resolved", _resolve)
     app.connect("build-finished", _write_json)
-    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"version": "2", "parallel_read_safe": True, "parallel_write_safe": True}

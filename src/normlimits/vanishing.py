@@ -31,6 +31,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import Tensor
 
+from normlimits.fits import loglog_fit
 from normlimits.normalizers import check_temperature
 
 DTYPE = torch.float64
@@ -342,36 +343,108 @@ def sweep_windows(loaded, windows: Tensor, lengths, temperature: float = 1.0) ->
     """
     from normlimits.capture import iter_captures
 
-    return stack_statistics(sweep_capture(c, lengths, temperature)
-                            for c in iter_captures(loaded, windows))
+    return sweep_captures(iter_captures(loaded, windows), lengths, temperature)[0]
 
 
-def doubling_grid(smallest: int = 32, largest: int = 1024) -> list[int]:
-    """Powers of two from ``smallest`` to ``largest`` (the paper's 32..1024 sweep)."""
-    if smallest < 1 or largest < smallest:
-        raise ValueError(f"need 1 <= smallest <= largest (got {smallest}, {largest}).")
-    grid, n = [], smallest
-    while n <= largest:
-        grid.append(n)
-        n *= 2
-    return grid
+def sweep_captures(captures: Iterable, lengths, temperature: float = 1.0
+                   ) -> tuple[RowStatistics, float]:
+    """Length sweep over window captures, with a parity check on the first window.
 
-
-# --------------------------------------------------------------------------------- scaling fits
-def power_law_fit(lengths, values: Tensor) -> tuple[Tensor, Tensor]:
-    """Least-squares fit of ``log values = intercept + exponent * log L`` along the last dim.
-
-    ``lengths`` [G] (at least two distinct), ``values`` [..., G] positive. Returns
-    ``(exponent [...], intercept [...])``; exponent -1 means ``values ~ 1/L``.
+    Returns the statistics stacked over windows ([W, layers, heads, G]) and the largest absolute
+    difference between the largest weight recomputed here (float64, from queries and keys) and the
+    largest of the model's own weights (``capture.weights``) on the first window.
     """
-    x = torch.log(torch.as_tensor(lengths, dtype=DTYPE))
-    if x.numel() < 2 or float(x.std()) == 0.0:
-        raise ValueError("a power-law fit needs at least two distinct lengths L.")
-    y = torch.log(values.to(DTYPE))
-    xc = x - x.mean()
-    exponent = (y * xc).sum(-1) / (xc * xc).sum()
-    intercept = y.mean(-1) - exponent * x.mean()
-    return exponent, intercept
+    parts, parity = [], float("nan")
+    for capture in captures:
+        stats = sweep_capture(capture, lengths, temperature)
+        if not parts:
+            rows = torch.as_tensor(list(lengths)) - 1
+            own = capture.weights(rows, temperature=temperature).to(DTYPE).amax(-1)
+            parity = float((own - stats.max_weight).abs().max())
+        parts.append(stats)
+    return stack_statistics(parts), parity
+
+
+def bound_room_table(stats: RowStatistics):
+    """How much room the bounds leave on measured rows (pandas): per reading of the bound (the
+    paper's with the max-key Delta, the sharpened one, the paper's with the literal per-key
+    Delta), the fraction of weights inside, and the median slack above the largest and below the
+    smallest weight (nats; the literal reading has no single row bound, so no slack)."""
+    import pandas as pd
+
+    nan = float("nan")
+    return pd.DataFrame({
+        "inside (fraction of weights)": [stats.fraction_inside("paper"), stats.fraction_inside("sharp"),
+                                         stats.fraction_inside("literal")],
+        "median upper slack log(bound / max alpha)": [float(stats.paper_upper_slack.median()),
+                                                      float(stats.sharp_upper_slack.median()), nan],
+        "median lower slack log(min alpha / bound)": [float(stats.paper_lower_slack.median()),
+                                                      float(stats.sharp_lower_slack.median()), nan],
+    }, index=["paper, Delta = |q| max|k_j|", "sharpened", "paper, literal Delta_j = |q||k_j|"])
+
+
+def synthetic_families(lengths, bounds: Sequence[float] = (0.5, 2.0, 5.0), sink_bound: float = 8.0,
+                       trials: int = 256, temperature: float = 1.0, seed: int = 1
+                       ) -> dict[str, tuple[float, RowStatistics]]:
+    """Softmax rows where Lemma 1's assumptions hold exactly, by family.
+
+    For each bound ``a`` of ``bounds``: i.i.d. logits uniform on ``[-a, a]``
+    (:func:`synthetic_bounded_logits`); plus the sink pattern at ``sink_bound``
+    (:func:`synthetic_sink_logits`). Returns ``{name: (a, statistics [trials, G])}`` with names
+    ``"uniform, a = 0.5"``, ..., ``"sink, a = 8"``; seeds ``seed``, ``seed + 1`` (sink).
+    """
+    families = {}
+    for a in bounds:
+        rows = synthetic_bounded_logits(lengths, a, trials, seed=seed)
+        families[f"uniform, a = {a:g}"] = (float(a), row_statistics(
+            rows, torch.full((trials, len(lengths)), float(a), dtype=DTYPE), lengths, temperature))
+    rows = synthetic_sink_logits(lengths, sink_bound, trials, seed=seed + 1)
+    families[f"sink, a = {sink_bound:g}"] = (float(sink_bound), row_statistics(
+        rows, torch.full((trials, len(lengths)), float(sink_bound), dtype=DTYPE), lengths, temperature))
+    return families
+
+
+def family_table(families: dict[str, tuple[float, RowStatistics]]):
+    """One row per family: the fitted exponent of the mean largest weight against L, ``L max alpha``
+    at the shortest and longest L, ``e^(2a)`` and the weights outside the proven bounds (pandas)."""
+    import pandas as pd
+
+    rows = []
+    for name, (a, stats) in families.items():
+        mean_max = stats.max_weight.mean(0)
+        l_max = mean_max * stats.lengths.to(DTYPE)
+        rows.append({"logits": name,
+                     "exponent of max alpha": float(loglog_fit(stats.lengths, mean_max).exponent),
+                     f"L * max alpha (L={int(stats.lengths[0])})": float(l_max[0]),
+                     f"L * max alpha (L={int(stats.lengths[-1])})": float(l_max[-1]),
+                     "e^(2a)": math.exp(2 * a),
+                     "outside": stats.violations("sharp") + stats.violations("paper")})
+    return pd.DataFrame(rows).set_index("logits")
+
+
+def general_normalizer_check(lengths, F, bound: float, trials: int = 256, seed: int = 3) -> dict:
+    """Lemma 1 for a non-exponential ``F`` on uniform logits in ``[-bound, bound]``.
+
+    ``F`` must be positive and continuous on the interval; ``F_max / F_min`` is taken over a grid of
+    20,001 points of it (exact for monotone ``F``, and for any ``F`` whose extremes sit on the
+    grid). Returns ``{"ratio": F_max/F_min, "outside": weights outside the exact bounds,
+    "weights": how many were checked, "exponent": fitted exponent of the mean largest weight
+    against L}``.
+    """
+    from normlimits.normalizers import general_normalizer
+
+    rows = synthetic_bounded_logits(lengths, bound, trials, seed=seed)
+    weights = general_normalizer(rows, F)
+    values = F(torch.linspace(-float(bound), float(bound), 20_001, dtype=DTYPE))
+    if not bool((values > 0).all()):
+        raise ValueError("F must be positive on [-bound, bound] (Lemma 1's assumption)")
+    log_r = float(torch.log(values.max() / values.min()))
+    lo, hi = general_log_bounds(log_r, torch.as_tensor(list(lengths), dtype=DTYPE))
+    visible = torch.isfinite(rows)
+    log_w = torch.log(weights.clamp_min(1e-300))
+    outside = ((log_w > hi[:, None] + 1e-12) | (log_w < lo[:, None] - 1e-12)) & visible
+    return {"ratio": math.exp(log_r), "outside": int(outside.sum()), "weights": int(visible.sum()),
+            "exponent": float(loglog_fit(lengths, weights.amax(-1).mean(0)).exponent)}
 
 
 def synthetic_bounded_logits(lengths, bound: float, trials: int, seed: int = 0) -> Tensor:
@@ -427,7 +500,7 @@ def head_summary(stats: RowStatistics, sink_exponent: float = -0.5):
     if stats.delta.dim() != 4:
         raise ValueError("head_summary expects statistics stacked over windows: [W, layers, heads, G].")
     t = stats.temperature
-    exponent, _ = power_law_fit(stats.lengths, stats.max_weight.log().mean(0).exp())
+    exponent = loglog_fit(stats.lengths, stats.max_weight.log().mean(0).exp()).exponent
     last = stats.lengths[-1]
     sharp_max = sharpened_log_bounds(stats.delta[..., -1], last, t)[1].exp().median(0).values
     layers, heads = stats.delta.shape[1:3]
@@ -450,3 +523,58 @@ def head_summary(stats: RowStatistics, sink_exponent: float = -0.5):
     })
     table["non_vanishing"] = table["exponent"] > sink_exponent
     return table
+
+
+def non_vanishing_report(heads, stats: RowStatistics) -> dict:
+    """What the chapter says about the heads whose largest weight does not vanish.
+
+    ``heads``: :func:`head_summary` with a ``head`` label column; ``stats`` stacked over windows.
+    Returns ``table`` (the non-vanishing heads, or every head when none is) and the numbers and
+    sentences the prose quotes: ``sink_sentence`` (are they first-token sinks, or where do they
+    look), ``most_first``, ``nv_2d_min/max`` (their 2 Delta / T at the largest L), ``nv_excess``
+    (e^(2 Delta/T) / L at the smallest of those), ``nv_range_min/max``, ``nv_sharp_min``,
+    ``nv_range_vs_log``, ``vanish_compare`` (2 Delta / T of vanishing against non-vanishing
+    heads), ``rank_corr`` (Spearman, exponent against 2 Delta / T) and ``bite_fraction`` (share of
+    rows with L > e^(2 Delta/T), where the lemma forces decay).
+    """
+    last = int(stats.lengths[-1])
+    non_vanishing = heads[heads["non_vanishing"]]
+    vanishing_heads = heads[~heads["non_vanishing"]]
+    sinks = non_vanishing[non_vanishing["argmax_first_key"] > 0.5]
+    most_first = float(heads["argmax_first_key"].max())
+    if len(sinks):
+        sink_sentence = (f"{len(sinks)} of the {len(non_vanishing)} non-vanishing heads put their largest "
+                         f"weight on the first key in most rows: attention sinks.")
+    elif len(non_vanishing):
+        where = ", ".join(f"{h} {d:.0f}" for h, d in zip(non_vanishing["head"], non_vanishing["argmax_distance"]))
+        sink_sentence = (f"None of them is a first-token sink: no head puts its largest weight on key 0 in "
+                         f"more than {most_first:.1%} of the rows. Their largest weight sits a median "
+                         f"{float(non_vanishing['argmax_distance'].median()):.0f} positions before the query "
+                         f"(per head: {where}), so they attend to a recent position, not to the first one.")
+    else:
+        sink_sentence = "No head is non-vanishing on this model."
+    nv = non_vanishing if len(non_vanishing) else heads
+    if len(vanishing_heads) and len(non_vanishing):
+        compare = (f"the heads that do vanish have a median 2Δ/T of "
+                   f"{float(vanishing_heads['two_delta_over_t_last'].median()):.1f}, against "
+                   f"{float(nv['two_delta_over_t_last'].median()):.1f} for the non-vanishing ones")
+    else:  # one group is empty: say so instead of comparing with a median of nothing
+        compare = (f"on this model {'every' if len(non_vanishing) else 'no'} head is non-vanishing, so "
+                   f"the two groups cannot be compared here (median 2Δ/T over all heads "
+                   f"{float(heads['two_delta_over_t_last'].median()):.1f})")
+    two_d_min = float(nv["two_delta_over_t_last"].min())
+    return {
+        "table": nv.set_index("head")[["exponent", "max_weight_last", "argmax_first_key", "argmax_distance",
+                                       "two_delta_over_t_last", "range_over_t_last", "sharp_max_last"]],
+        "sink_sentence": sink_sentence, "most_first": most_first,
+        "nv_2d_min": two_d_min, "nv_2d_max": float(nv["two_delta_over_t_last"].max()),
+        "nv_excess": math.exp(two_d_min) / last,
+        "nv_range_min": float(nv["range_over_t_last"].min()),
+        "nv_range_max": float(nv["range_over_t_last"].max()),
+        "nv_sharp_min": float(nv["sharp_max_last"].min()),
+        "nv_range_vs_log": ("is above" if float(nv["range_over_t_last"].min()) > math.log(last)
+                            else "is not always above"),
+        "vanish_compare": compare,
+        "rank_corr": float(heads["exponent"].corr(heads["two_delta_over_t_last"], method="spearman")),
+        "bite_fraction": float((torch.log(stats.keys) > 2 * stats.delta / stats.temperature).double().mean()),
+    }

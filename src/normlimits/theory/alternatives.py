@@ -27,6 +27,8 @@ import sympy as sp
 
 from normlimits.normalizers import VELICKOVIC_POLYNOMIAL
 
+from .algebra import closes  # noqa: F401  (re-exported: chapters call TD.closes)
+
 L = sp.Symbol("L", positive=True)            # visible keys
 a = sp.Symbol("a", positive=True)            # logit bound |z_j| <= a
 s = sp.Symbol("s", positive=True)            # SSMax scale
@@ -36,11 +38,6 @@ g = sp.Symbol("g", positive=True)            # a logit gap
 H = sp.Symbol("H", nonnegative=True)         # entropy (nats)
 p = sp.Symbol("p", positive=True)            # a probability
 k = sp.Symbol("k", integer=True, positive=True)
-
-
-def closes(expr: sp.Expr) -> bool:
-    """True when sympy simplifies ``expr`` to exactly 0."""
-    return sp.simplify(expr) == 0
 
 
 # ------------------------------------------------------------------------------------ SSMax

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from .algebra import closes  # noqa: F401  (re-exported: chapters call TD.closes)
+
 L = sp.Symbol("L", positive=True, integer=True)         # visible keys
 N = sp.Symbol("N", positive=True, integer=True)         # top-N size
 M = sp.Symbol("M", positive=True, integer=True)         # population size (L - 1 other keys)
@@ -235,6 +237,3 @@ def sink_model() -> SinkModel:
                      sp.limit(true / L, L, sp.oo), sp.limit(main, L, sp.oo))
 
 
-def closes(expr: sp.Expr) -> bool:
-    """True when sympy simplifies ``expr`` to exactly 0 (used to close derivations)."""
-    return sp.simplify(expr) == 0

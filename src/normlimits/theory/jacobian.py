@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from .algebra import closes  # noqa: F401  (re-exported: chapters call TD.closes)
+
 T = sp.Symbol("T", positive=True)
 eps = sp.Symbol("epsilon", positive=True)
 c = sp.Symbol("c", real=True)
@@ -37,19 +39,6 @@ l_max = sp.Symbol("ell_max", real=True)
 l_min = sp.Symbol("ell_min", real=True)
 Delta = sp.Symbol("Delta", nonnegative=True)        # l_max - l_min
 u = sp.Symbol("u", real=True)                       # eps / T
-
-
-def closes(expr) -> bool:
-    """True when ``expr`` simplifies to exactly zero (a scalar or every entry of a matrix).
-
-    Rational expressions are cancelled first (fast); ``simplify`` is the fallback.
-    """
-    if isinstance(expr, sp.MatrixBase):
-        return all(closes(e) for e in expr)
-    expr = sp.sympify(expr)
-    if sp.cancel(sp.together(expr)) == 0:
-        return True
-    return sp.simplify(expr) == 0
 
 
 def logit_symbols(n: int) -> list[sp.Symbol]:

@@ -57,6 +57,8 @@ import sympy as sp
 import torch
 from torch import Tensor
 
+from .algebra import closes  # noqa: F401  (re-exported: chapters call TD.closes)
+
 __all__ = [
     "Theorem2Derivation", "derive", "spread_terms", "Theorem2Bounds", "theorem2_bounds",
     "separation_lower_bound", "paper_shaped_upper", "pair_closer_probability",
@@ -73,11 +75,6 @@ t = sp.Symbol("t", positive=True)          # deviation below the mean
 q = sp.Symbol("q", positive=True)          # sum of squared weights of the other selected tokens
 p = sp.Symbol("p", positive=True)          # sum of fourth powers of those weights
 w = sp.Symbol("w", positive=True)          # sum of those weights
-
-
-def closes(expr: sp.Expr) -> bool:
-    """True when sympy simplifies ``expr`` to exactly 0."""
-    return sp.simplify(sp.expand(expr)) == 0
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from .algebra import closes  # noqa: F401  (re-exported: chapters call TD.closes)
+
 # Symbols shared by the derivations (all positive reals; L is the number of visible keys).
 L = sp.Symbol("L", positive=True)
 F_i = sp.Symbol("F_i", positive=True)            # F(l_i), the numerator
@@ -153,6 +155,3 @@ def entropy_floor() -> sp.Expr:
     return sp.expand_log(sp.log(1 / corollary1().sharp_max), force=True)
 
 
-def closes(expr: sp.Expr) -> bool:
-    """True when sympy simplifies ``expr`` to exactly 0 (used to close derivations)."""
-    return sp.simplify(expr) == 0

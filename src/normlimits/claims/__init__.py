@@ -1,0 +1,166 @@
+"""The claim registry: every claim of the paper the book grades, with its grading rule.
+
+One :class:`Claim` per claim: its id, the chapter that grades it, the paper's section, the claim
+in a few words, the paper's wording, the scope of the verdict (e.g. "for L ≤ 1024" when the claim
+is asymptotic) and its :class:`~normlimits.claims.rules.Rule`. The definitions live in one module
+per chapter of this package (``claims/vanishing.py``, ``claims/distances.py``, ...); this module
+collects them into :data:`REGISTRY`.
+
+Chapters record a verdict with one call::
+
+    claims.record(ctx, "NU", {"exponent": -0.41, "entropy": 0.83}, measured="...")
+
+which grades the values by the registered rule (a chapter cannot pass a verdict of its own),
+writes the ledger row (:mod:`normlimits.ledger`), glues ``verdict_<id>`` for the prose and
+returns a :class:`Graded` that displays the rule, the values and the verdict on the page.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Mapping
+
+from .base import Claim
+from .rules import KINDS, OPS, VERDICTS, Criterion, Rule, plain_text, regrade
+
+__all__ = ["Claim", "Criterion", "Rule", "Graded", "REGISTRY", "VERDICTS", "OPS", "KINDS",
+           "CHAPTER_MODULES", "claim", "expected_claims", "record", "regrade", "plain_text",
+           "glue_key"]
+
+#: chapters whose claims are registered, in book order (a module of this package each)
+CHAPTER_MODULES = ("vanishing", "distances", "separability", "gradients", "alternatives",
+                   "architectures")
+
+
+def _collect() -> dict[str, Claim]:
+    registry: dict[str, Claim] = {}
+    for chapter in CHAPTER_MODULES:
+        try:
+            module = importlib.import_module(f"{__name__}.{chapter}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{chapter}":
+                raise
+            continue
+        for item in module.CLAIMS:
+            if item.id in registry:
+                raise ValueError(f"claim id {item.id!r} is registered twice")
+            if item.chapter != chapter:
+                raise ValueError(f"claim {item.id!r} is defined in claims/{chapter}.py but names "
+                                 f"chapter {item.chapter!r}")
+            registry[item.id] = item
+    for item in registry.values():
+        if item.premise and item.premise not in registry:
+            raise ValueError(f"claim {item.id!r} names premise {item.premise!r}, which is not registered")
+    return registry
+
+
+#: every registered claim by id, in book order
+REGISTRY: dict[str, Claim] = _collect()
+
+
+def claim(claim_id: str) -> Claim:
+    """The registered claim ``claim_id`` (KeyError with the known ids otherwise)."""
+    try:
+        return REGISTRY[claim_id]
+    except KeyError:
+        raise KeyError(f"no claim {claim_id!r} is registered; known: {sorted(REGISTRY)}") from None
+
+
+def expected_claims(chapter: str) -> tuple[str, ...]:
+    """The ids the chapter ``chapter`` must record, in registry order."""
+    return tuple(c.id for c in REGISTRY.values() if c.chapter == chapter)
+
+
+def glue_key(claim_id: str, variant: str | None = None) -> str:
+    """The glue key of a verdict: ``verdict_<id>`` (``verdict_<id>_<variant>``), identifier-safe."""
+    import re
+
+    key = f"verdict_{claim_id}" + (f"_{variant}" if variant else "")
+    return re.sub(r"[^A-Za-z0-9_]", "_", key)
+
+
+@dataclass(frozen=True)
+class Graded:
+    """A recorded verdict: the ledger row, displayed as the rule with its values on the page."""
+
+    row: dict
+
+    @property
+    def verdict(self) -> str:
+        return self.row["verdict"]
+
+    def _repr_markdown_(self) -> str:
+        row = self.row
+        lines = [f"**{row['id']}{' (' + row['variant'] + ')' if row.get('variant') else ''}: "
+                 f"{row['verdict']}.** {row['claim']}", "",
+                 "| criterion | statistic | measured | rule | passes |", "|---|---|---|---|---|"]
+        for c in row["criteria"]:
+            crit = Criterion(c["key"], c["statistic"], c["op"],
+                             tuple(c["threshold"]) if isinstance(c["threshold"], list) else c["threshold"],
+                             c["kind"])
+            value = "n/a" if c["value"] is None else f"{c['value']:.4g}"
+            passed = {True: "yes", False: "no", None: "not measured"}[c["passed"]]
+            kind = " (identity)" if c["kind"] == "identity" else ""
+            lines.append(f"| `{c['key']}`{kind} | {c['statistic']} | {value} | {crit.describe()} | {passed} |")
+        outcomes = "; ".join(f"{v} if {c}" if c != "else" else f"otherwise {v}" for c, v in row["outcomes"])
+        lines += ["", f"*Rule:* {row['rule']} ({outcomes}.)"]
+        if row.get("scope"):
+            lines.append(f"*Scope:* {row['scope']}.")
+        if row.get("reason"):
+            lines.append(f"*Not testable here:* {row['reason']}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"{self.row['id']}: {self.verdict} ({self.row['statistic']} = {self.row['value']})"
+
+
+def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
+           variant: str | None = None, model: str | None = None, reason: str | None = None,
+           reading: str | None = None, glue: bool = True) -> Graded:
+    """Grade ``values`` by claim ``claim_id``'s registered rule and write its ledger row.
+
+    Args:
+        ctx: the chapter context (``.chapter`` and ``.model_label``), or the chapter name.
+        values: one number per criterion key of the rule (None or NaN: not measurable here; then
+            ``reason`` is required and the verdict is "not testable").
+        measured: what was measured, in a sentence with the numbers (MyST/``$math$`` allowed).
+        variant: for several rows of one claim (e.g. one per model in the architectures chapter).
+        model: the model the values were measured on (default: the chapter's).
+        reading: which reading of an ambiguous formula the verdict rests on, if any.
+        glue: also glue ``verdict_<id>`` (``verdict_<id>_<variant>``) for the chapter's prose.
+
+    Returns the :class:`Graded` row (display it to show the rule on the page).
+    """
+    from . import rules
+    from .. import ledger
+
+    item = claim(claim_id)
+    chapter = ctx if isinstance(ctx, str) else ctx.chapter
+    model = model or (None if isinstance(ctx, str) else ctx.model_label)
+    if not model:
+        raise ValueError(f"claim {claim_id}: name the model the values were measured on (model=...)")
+    if not measured.strip():
+        raise ValueError(f"claim {claim_id}: say what was measured (measured=...)")
+    graded = item.rule.to_row(values)
+    if graded["verdict"] == "not testable" and not (reason and reason.strip()):
+        missing = [c["key"] for c in graded["criteria"] if c["value"] is None]
+        raise ValueError(f"claim {claim_id}: criteria {missing} have no value; pass reason=... "
+                         "saying why they cannot be measured in this build")
+    row = {"id": item.id, "chapter": chapter, "home": item.chapter, "section": item.section,
+           "claim": item.claim, "claim_text": rules.plain_text(item.claim), "paper": item.paper,
+           "paper_text": rules.plain_text(item.paper), "measured": measured,
+           "measured_text": rules.plain_text(measured), "model": model, "scope": item.scope,
+           "premise": item.premise, **graded}
+    if variant:
+        row["variant"] = variant
+    if reason:
+        row["reason"] = reason
+    if reading:
+        row["reading"] = reading
+    ledger.write_row(row)
+    if glue:
+        from myst_nb import glue as _glue
+
+        _glue(glue_key(claim_id, variant), row["verdict"], display=False)
+    return Graded(row)

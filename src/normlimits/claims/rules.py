@@ -1,0 +1,227 @@
+"""Grading rules: how a measured statistic becomes a verdict, stated before the data are seen.
+
+A :class:`Rule` is a list of :class:`Criterion` (a named statistic, a comparison and a threshold)
+and an ordered list of outcomes ``(condition, verdict)``; the first outcome whose condition holds
+gives the verdict. Conditions are a small language over the criteria's pass/fail results:
+
+- ``all`` / ``any``: every / at least one criterion passes;
+- ``all:a,b`` / ``any:a,b`` / ``none:a,b``: the named criteria all pass / one passes / all fail;
+- ``else``: always (the last outcome must be ``else``).
+
+A criterion whose value is missing (``None`` or NaN) cannot be graded: the verdict is then
+``not testable`` whatever the outcomes say, and the row must carry the reason.
+
+The rule is serialised into every ledger row (:meth:`Rule.to_row`), so a reader can re-grade
+``_build/ledger.json`` without running the book (:func:`regrade`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+__all__ = ["VERDICTS", "OPS", "KINDS", "Criterion", "Rule", "regrade", "plain_text"]
+
+#: confirmed: the claim holds as stated (on the range measured); corrected: a true statement
+#: close to the claim is proven here and replaces it; refuted: the evidence contradicts it;
+#: not reproduced: the paper's number or figure did not come out under any reading tried, without
+#: the claim being shown false; not testable: this build cannot measure it (the row says why).
+VERDICTS = ("confirmed", "corrected", "refuted", "not reproduced", "not testable")
+OPS = ("<=", "<", ">=", ">", "==", "between", "outside")
+#: measurement: a number from data that could have come out otherwise; identity: a value fixed by
+#: construction (an empty sum, a derivation closing), shown but never enough for a verdict alone
+KINDS = ("measurement", "identity")
+_OP_WORDS = {"<=": "≤", "<": "<", ">=": "≥", ">": ">", "==": "=", "between": "in", "outside": "outside"}
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One test of a rule: ``value <op> threshold``.
+
+    ``key`` names it in outcomes; ``statistic`` says in words (MyST, ``$math$`` allowed) what is
+    measured; ``threshold`` is a number, or ``(low, high)`` for ``between``/``outside`` (both
+    ends inclusive for ``between``).
+    """
+
+    key: str
+    statistic: str
+    op: str
+    threshold: float | tuple[float, float]
+    kind: str = "measurement"
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", self.key):
+            raise ValueError(f"criterion key {self.key!r} must be an identifier")
+        if self.op not in OPS:
+            raise ValueError(f"criterion {self.key!r}: op {self.op!r} is not one of {OPS}")
+        if self.kind not in KINDS:
+            raise ValueError(f"criterion {self.key!r}: kind {self.kind!r} is not one of {KINDS}")
+        interval = self.op in ("between", "outside")
+        if interval != isinstance(self.threshold, (tuple, list)):
+            raise ValueError(f"criterion {self.key!r}: op {self.op!r} needs "
+                             f"{'a (low, high) pair' if interval else 'one number'} as threshold")
+        if interval:
+            low, high = self.threshold
+            if not low <= high:
+                raise ValueError(f"criterion {self.key!r}: threshold {self.threshold} has low > high")
+            object.__setattr__(self, "threshold", (float(low), float(high)))
+        else:
+            object.__setattr__(self, "threshold", float(self.threshold))
+
+    def passes(self, value) -> bool | None:
+        """Whether ``value`` meets the criterion (None when the value is missing)."""
+        if _missing(value):
+            return None
+        v, t = float(value), self.threshold
+        return {"<=": lambda: v <= t, "<": lambda: v < t, ">=": lambda: v >= t, ">": lambda: v > t,
+                "==": lambda: v == t,
+                "between": lambda: t[0] <= v <= t[1],
+                "outside": lambda: not (t[0] <= v <= t[1])}[self.op]()
+
+    def describe(self) -> str:
+        """The test in words, e.g. ``≤ 0.25`` or ``in [0.8, 1.2]``."""
+        t = self.threshold
+        if isinstance(t, tuple):
+            return f"{_OP_WORDS[self.op]} [{t[0]:g}, {t[1]:g}]"
+        return f"{_OP_WORDS[self.op]} {t:g}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A grading rule: criteria, outcomes in order, the headline criterion and the rule in words.
+
+    ``headline`` is the key of the criterion the verdict rests on most (the "one number" the
+    Verdicts page shows). ``text`` states the rule for readers (MyST, ``$math$`` allowed).
+    """
+
+    criteria: tuple[Criterion, ...]
+    outcomes: tuple[tuple[str, str], ...]
+    headline: str
+    text: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "criteria", tuple(self.criteria))
+        object.__setattr__(self, "outcomes", tuple((c, v) for c, v in self.outcomes))
+        keys = [c.key for c in self.criteria]
+        if not keys or len(set(keys)) != len(keys):
+            raise ValueError(f"a rule needs at least one criterion and unique keys (got {keys})")
+        if self.headline not in keys:
+            raise ValueError(f"headline {self.headline!r} is not one of the criteria {keys}")
+        if not any(c.kind == "measurement" for c in self.criteria):
+            raise ValueError("a rule must rest on at least one measurement, not on identities alone")
+        if not self.outcomes or self.outcomes[-1][0] != "else":
+            raise ValueError("the last outcome must be ('else', verdict)")
+        for condition, verdict in self.outcomes:
+            if verdict not in VERDICTS or verdict == "not testable":
+                raise ValueError(f"outcome verdict {verdict!r} must be one of {VERDICTS[:-1]} "
+                                 "(not testable is given by missing values, not by outcomes)")
+            self._parse(condition, keys)
+        if not self.text.strip():
+            raise ValueError("a rule needs its statement in words (text)")
+
+    @staticmethod
+    def _parse(condition: str, keys: list[str]) -> tuple[str, list[str]]:
+        word, _, names = condition.partition(":")
+        if word not in ("all", "any", "none", "else"):
+            raise ValueError(f"condition {condition!r}: expected all, any, none or else")
+        listed = [n.strip() for n in names.split(",") if n.strip()] if names else []
+        if word == "else" and listed:
+            raise ValueError("'else' takes no criteria")
+        if word == "none" and not listed:
+            raise ValueError("'none' needs the criteria it negates, e.g. none:a,b")
+        unknown = [n for n in listed if n not in keys]
+        if unknown:
+            raise ValueError(f"condition {condition!r} names unknown criteria {unknown}")
+        return word, listed or list(keys)
+
+    def results(self, values: Mapping[str, object]) -> dict[str, bool | None]:
+        """Pass (True), fail (False) or missing (None) per criterion."""
+        extra = set(values) - {c.key for c in self.criteria}
+        if extra:
+            raise ValueError(f"values for unknown criteria {sorted(extra)}; the rule has "
+                             f"{[c.key for c in self.criteria]}")
+        absent = [c.key for c in self.criteria if c.key not in values]
+        if absent:
+            raise ValueError(f"no value given for criteria {absent} (pass None when the statistic "
+                             "cannot be measured, with a reason)")
+        return {c.key: c.passes(values[c.key]) for c in self.criteria}
+
+    def grade(self, values: Mapping[str, object]) -> str:
+        """The verdict for ``values`` (one value per criterion key; None or NaN = missing)."""
+        results = self.results(values)
+        if any(r is None for r in results.values()):
+            return "not testable"
+        keys = [c.key for c in self.criteria]
+        for condition, verdict in self.outcomes:
+            word, names = self._parse(condition, keys)
+            got = [results[n] for n in names]
+            if (word == "else" or (word == "all" and all(got)) or (word == "any" and any(got))
+                    or (word == "none" and not any(got))):
+                return verdict
+        raise AssertionError("unreachable: the last outcome is 'else'")
+
+    def to_row(self, values: Mapping[str, object]) -> dict:
+        """The rule and the values as ledger fields (JSON-able), the verdict included."""
+        results = self.results(values)
+        head = next(c for c in self.criteria if c.key == self.headline)
+        criteria = [{"key": c.key, "statistic": c.statistic, "statistic_text": plain_text(c.statistic),
+                     "op": c.op, "threshold": list(c.threshold) if isinstance(c.threshold, tuple)
+                     else c.threshold, "value": None if _missing(values[c.key]) else float(values[c.key]),
+                     "passed": results[c.key], "kind": c.kind} for c in self.criteria]
+        return {"rule": self.text, "rule_text": plain_text(self.text), "criteria": criteria,
+                "outcomes": [list(o) for o in self.outcomes], "headline": self.headline,
+                "statistic": plain_text(head.statistic), "value": criteria[
+                    [c.key for c in self.criteria].index(self.headline)]["value"],
+                "threshold": criteria[[c.key for c in self.criteria].index(self.headline)]["threshold"],
+                "verdict": self.grade(values)}
+
+    @classmethod
+    def from_row(cls, row: Mapping) -> "Rule":
+        """Rebuild the rule recorded in a ledger row."""
+        criteria = tuple(Criterion(c["key"], c["statistic"], c["op"],
+                                   tuple(c["threshold"]) if isinstance(c["threshold"], list)
+                                   else c["threshold"], c.get("kind", "measurement"))
+                         for c in row["criteria"])
+        return cls(criteria, tuple(tuple(o) for o in row["outcomes"]), row["headline"], row["rule"])
+
+
+def regrade(row: Mapping) -> str:
+    """Re-grade a ledger row from its recorded criteria, values and outcomes alone."""
+    rule = Rule.from_row(row)
+    return rule.grade({c["key"]: c["value"] for c in row["criteria"]})
+
+
+_LATEX = [
+    (r"\\lVert\s*", "‖"), (r"\s*\\rVert", "‖"), (r"\\Vert", "‖"), (r"\\lvert|\\rvert|\\vert", "|"), (r"\\left|\\right|\\big|\\Big", ""),
+    (r"\\alpha", "α"), (r"\\bar\{?α\}?", "ᾱ"), (r"\\Delta", "Δ"), (r"\\delta", "δ"), (r"\\varepsilon|\\epsilon", "ε"),
+    (r"\\xi", "ξ"), (r"\\ell", "ℓ"), (r"\\theta", "θ"), (r"\\sigma", "σ"), (r"\\gamma", "γ"), (r"\\tau", "τ"),
+    (r"\\mathbb\{?E\}?", "𝔼"), (r"\\tilde\{?d\}?", "d̃"), (r"\\nabla", "∇"), (r"\\sum", "Σ"), (r"\\prod", "Π"),
+    (r"\\le(q)?", "≤"), (r"\\ge(q)?", "≥"), (r"\\neq?", "≠"), (r"\\approx", "≈"), (r"\\sim", "~"),
+    (r"\\to", "→"), (r"\\infty", "∞"), (r"\\times", "×"), (r"\\cdot", "·"), (r"\\in", "∈"),
+    (r"\\notin", "∉"), (r"\\ll", "≪"), (r"\\gg", "≫"), (r"\\pm", "±"), (r"\\sqrt", "√"), (r"\\log", "log"),
+    (r"\\exp", "exp"), (r"\\min", "min"), (r"\\max", "max"), (r"\\operatorname\{([^}]*)\}", r"\1"),
+    (r"\\mathrm\{([^}]*)\}", r"\1"), (r"\\text\{([^}]*)\}", r"\1"), (r"\\[td]?frac\{([^}]*)\}\{([^}]*)\}", r"(\1)/(\2)"),
+    (r"\\[td]?frac(\w)(\w)", r"\1/\2"),
+    (r"\\[,;!: ]", " "), (r"\\%", "%"),
+]
+
+
+def plain_text(text: str) -> str:
+    """A plain-text twin of MyST text with ``$math$``: LaTeX commands turned into Unicode where
+    common (``\\alpha`` -> α, ``\\le`` -> ≤, ...), dollars, braces and emphasis markers removed."""
+    def math(match: re.Match) -> str:
+        body = match.group(1)
+        for pattern, repl in _LATEX:
+            body = re.sub(pattern, repl, body)
+        body = re.sub(r"\^\{([^}]*)\}", r"^\1", body)
+        body = re.sub(r"_\{([^}]*)\}", r"_\1", body)
+        return body.replace("{", "").replace("}", "")
+    out = re.sub(r"\$([^$]+)\$", math, text)
+    out = re.sub(r"\*\*([^*]+)\*\*|\*([^*]+)\*", lambda m: m.group(1) or m.group(2), out)
+    return re.sub(r"\s+", " ", out).strip()

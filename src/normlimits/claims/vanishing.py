@@ -1,0 +1,89 @@
+"""Claims graded by the vanishing-attention chapter (paper Section 2.1: Lemma 1, Corollary 1)."""
+
+from __future__ import annotations
+
+from .base import Claim
+from .rules import Criterion, Rule
+
+CHAPTER = "vanishing"
+
+CLAIMS = (
+    Claim(
+        id="L1", chapter=CHAPTER, section="Sec. 2.1, Lemma 1",
+        claim="Length-independent normalisers give $\\Theta(1/L)$ weights",
+        paper=("Lemma 1: for $\\alpha_i = F(\\ell_i)/\\sum_j F(\\ell_j)$ with $F$ smooth, positive and "
+               "not depending on $L$, and bounded logits $\\ell_i\\in[-a,a]$: "
+               "$C_1/L \\le \\alpha_i \\le C_2/L$ with $C_1, C_2$ independent of $L$."),
+        rule=Rule(
+            criteria=(
+                Criterion("outside", "weights outside the lemma's exact bounds, synthetic bounded "
+                          "logits (softmax at three bounds and $F$ = softplus)", "==", 0),
+                Criterion("exponent", "fitted exponent of the largest weight against $L$, worst "
+                          "of the uniform bounded-logit families", "between", (-1.1, -0.9)),
+            ),
+            outcomes=(("all", "confirmed"), ("else", "refuted")),
+            headline="outside",
+            text=("confirmed when no synthetic weight leaves the proven bounds and the largest "
+                  "weight falls as $L^{e}$ with $e$ within 0.1 of $-1$"),
+        ),
+    ),
+    Claim(
+        id="C1", chapter=CHAPTER, section="Sec. 2.1, Corollary 1",
+        claim="Softmax weights lie within $e^{\\mp 2\\Delta/T}/L$",
+        paper=("Corollary 1: $\\tfrac1L e^{-2\\Delta/T} \\le \\alpha_i \\le \\tfrac1L e^{2\\Delta/T}$ "
+               "with $\\Delta = \\lVert q\\rVert\\lVert k\\rVert$."),
+        rule=Rule(
+            criteria=(
+                Criterion("literal_outside", "fraction of the model's weights outside the bound "
+                          "with the literal per-key $\\Delta_i = \\lVert q\\rVert\\lVert k_i\\rVert$",
+                          "==", 0),
+                Criterion("maxkey_outside", "fraction outside with $\\Delta = \\lVert q\\rVert"
+                          "\\max_j\\lVert k_j\\rVert$ (logit units)", "==", 0),
+            ),
+            outcomes=(("all", "confirmed"), ("all:maxkey_outside", "corrected"), ("else", "refuted")),
+            headline="literal_outside",
+            text=("confirmed when the bound holds as written (per-key $\\Delta$) on every weight; "
+                  "corrected when it holds only with $\\Delta = \\lVert q\\rVert\\max_j\\lVert k_j"
+                  "\\rVert$"),
+        ),
+    ),
+    Claim(
+        id="C1S", chapter=CHAPTER, section="Sec. 2.1 (the book's sharpened Corollary 1)",
+        claim="Exact softmax extremes $e^{\\pm2\\Delta/T}/(e^{\\pm2\\Delta/T}+L-1)$",
+        paper=("Not in the paper: the exact, attained extremes of a softmax weight over "
+               "$|\\ell_j|\\le\\Delta$, proven in this book; they imply Corollary 1."),
+        rule=Rule(
+            criteria=(
+                Criterion("outside", "fraction of the model's and the synthetic weights outside "
+                          "the sharpened bounds", "==", 0),
+            ),
+            outcomes=(("all", "confirmed"), ("else", "refuted")),
+            headline="outside",
+            text="confirmed when no measured weight leaves the sharpened bounds",
+        ),
+    ),
+    Claim(
+        id="NU", chapter=CHAPTER, section="Sec. 2.1, reading of Lemma 1",
+        claim="Attention becomes near-uniform as the context grows",
+        paper=("Attention becomes almost uniform as the context grows: every weight is "
+               "$\\Theta(1/L)$, so the model cannot single out the important tokens."),
+        scope=("measured at $L\\le 1024$ (the model's context); the claim is asymptotic and the "
+               "Lemma forces decay only where $L > e^{2\\Delta/T}$, so the verdict covers these "
+               "lengths, with the share of rows in that regime recorded"),
+        rule=Rule(
+            criteria=(
+                Criterion("exponent", "median over heads of the fitted exponent of the largest "
+                          "weight against $L$", "<=", -0.9),
+                Criterion("entropy", "median over heads of the row entropy over $\\log L$ at the "
+                          "largest $L$", ">=", 0.9),
+                Criterion("regime", "share of the model's rows with $L > e^{2\\Delta/T}$, where "
+                          "the lemma forces decay", ">=", 0.5),
+            ),
+            outcomes=(("all:exponent,entropy", "confirmed"), ("else", "refuted")),
+            headline="exponent",
+            text=("confirmed at these lengths when the median head's largest weight falls about "
+                  "as $1/L$ (exponent $\\le -0.9$) and its entropy reaches 0.9 of the uniform "
+                  "row's; the regime share says whether the asymptotic argument applies at all"),
+        ),
+    ),
+)

@@ -1,0 +1,150 @@
+"""Grading rules, the claim registry and the ledger rows they produce (normlimits.claims, ledger)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from normlimits import claims, ledger
+from normlimits.claims import Criterion, Rule
+
+
+def _rule():
+    return Rule(criteria=(Criterion("slope", "fitted slope", "between", (0.03, 0.12)),
+                          Criterion("exponent", "fitted exponent", "between", (0.8, 1.2)),
+                          Criterion("zero", "value at $N = L$", "==", 0, kind="identity")),
+                outcomes=(("all", "confirmed"), ("any:slope,exponent", "corrected"), ("else", "refuted")),
+                headline="slope", text="confirmed when both fits match the paper")
+
+
+def test_outcomes_are_taken_in_order_and_missing_values_are_not_testable():
+    rule = _rule()
+    assert rule.grade({"slope": 0.06, "exponent": 1.0, "zero": 0}) == "confirmed"
+    assert rule.grade({"slope": 0.3, "exponent": 1.0, "zero": 0}) == "corrected"
+    assert rule.grade({"slope": 0.3, "exponent": 0.5, "zero": 0}) == "refuted"
+    assert rule.grade({"slope": None, "exponent": 0.5, "zero": 0}) == "not testable"
+    assert rule.grade({"slope": math.nan, "exponent": 0.5, "zero": 0}) == "not testable"
+    none_rule = Rule((Criterion("a", "a", "<", 1), Criterion("b", "b", "<", 1)),
+                     (("none:a,b", "refuted"), ("else", "confirmed")), "a", "t")
+    assert none_rule.grade({"a": 2, "b": 2}) == "refuted"
+    assert none_rule.grade({"a": 0, "b": 2}) == "confirmed"
+
+
+@pytest.mark.parametrize("op, threshold, inside, outside", [
+    ("<=", 1, 1.0, 1.01), ("<", 1, 0.99, 1.0), (">=", 1, 1.0, 0.99), (">", 1, 1.01, 1.0),
+    ("==", 0, 0.0, 1e-12), ("between", (0, 1), 1.0, 1.01), ("outside", (0, 1), 1.01, 0.5)])
+def test_each_comparison(op, threshold, inside, outside):
+    c = Criterion("x", "x", op, threshold)
+    assert c.passes(inside) is True and c.passes(outside) is False and c.passes(None) is None
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(criteria=(Criterion("z", "z", "==", 0, kind="identity"),), outcomes=(("else", "confirmed"),),
+          headline="z"), "measurement"),
+    (dict(criteria=(Criterion("a", "a", "<", 1),), outcomes=(("all", "confirmed"),), headline="a"), "else"),
+    (dict(criteria=(Criterion("a", "a", "<", 1),), outcomes=(("all:b", "confirmed"), ("else", "refuted")),
+          headline="a"), "unknown criteria"),
+    (dict(criteria=(Criterion("a", "a", "<", 1),), outcomes=(("else", "probably"),), headline="a"), "verdict"),
+    (dict(criteria=(Criterion("a", "a", "<", 1),), outcomes=(("else", "not testable"),), headline="a"),
+     "missing values"),
+    (dict(criteria=(Criterion("a", "a", "<", 1),), outcomes=(("else", "refuted"),), headline="b"), "headline"),
+    (dict(criteria=(Criterion("a", "a", "<", 1), Criterion("a", "a", "<", 2)), outcomes=(("else", "refuted"),),
+          headline="a"), "unique"),
+])
+def test_malformed_rules_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Rule(text="t", **kwargs)
+
+
+def test_malformed_criteria_are_refused():
+    with pytest.raises(ValueError, match="pair"):
+        Criterion("a", "a", "between", 1)
+    with pytest.raises(ValueError, match="one number"):
+        Criterion("a", "a", "<=", (1, 2))
+    with pytest.raises(ValueError, match="op"):
+        Criterion("a", "a", "~", 1)
+    with pytest.raises(ValueError, match="low > high"):
+        Criterion("a", "a", "between", (2, 1))
+
+
+def test_values_must_name_exactly_the_criteria():
+    with pytest.raises(ValueError, match="unknown criteria"):
+        _rule().grade({"slope": 1, "exponent": 1, "zero": 0, "extra": 1})
+    with pytest.raises(ValueError, match="no value given"):
+        _rule().grade({"slope": 1})
+
+
+def test_rows_regrade_from_their_own_fields_and_survive_json():
+    rule = _rule()
+    row = json.loads(json.dumps(rule.to_row({"slope": 0.3, "exponent": 1.0, "zero": 0})))
+    assert row["verdict"] == "corrected" and claims.regrade(row) == "corrected"
+    assert row["statistic"] == "fitted slope" and row["value"] == 0.3 and row["threshold"] == [0.03, 0.12]
+    tampered = dict(row, criteria=[dict(c, value=0.06) if c["key"] == "slope" else c for c in row["criteria"]])
+    assert claims.regrade(tampered) == "confirmed"
+
+
+def test_plain_text_twin():
+    assert claims.plain_text(r"$\lVert q\rVert\max_j\lVert k_j\rVert \le \tfrac1L e^{2\Delta/T}$") \
+        == "‖q‖max_j‖k_j‖ ≤ 1/L e^2Δ/T"
+    assert claims.plain_text("**bold** and *it*") == "bold and it"
+
+
+def test_registry_is_consistent():
+    assert claims.REGISTRY, "no claims registered"
+    for cid, item in claims.REGISTRY.items():
+        assert item.id == cid and item.chapter in claims.CHAPTER_MODULES
+        assert item.rule.headline in {c.key for c in item.rule.criteria}
+    assert set(claims.expected_claims("vanishing")) >= {"L1", "C1", "C1S", "NU"}
+    with pytest.raises(KeyError, match="known"):
+        claims.claim("nonsense")
+
+
+class _Ctx:
+    chapter = "vanishing"
+    model_label = "tiny (0.0M params)"
+
+
+def test_record_grades_by_the_registered_rule_and_upserts(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
+    graded = claims.record(_Ctx(), "C1", {"literal_outside": 0.02, "maxkey_outside": 0.0},
+                           "2% of weights break the literal reading", glue=False)
+    assert graded.verdict == "corrected"
+    assert "| `literal_outside` |" in graded._repr_markdown_()
+    claims.record(_Ctx(), "C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "none break it", glue=False)
+    claims.record(_Ctx(), "L1", {"outside": 0, "exponent": -1.0}, "m", glue=False)
+    rows = json.loads((tmp_path / "vanishing.json").read_text())
+    assert [(r["id"], r["verdict"]) for r in rows] == [("C1", "confirmed"), ("L1", "confirmed")]
+    collected = ledger.collect(tmp_path, ["vanishing"])
+    assert [r["id"] for r in collected] == ["L1", "C1"], "registry order"
+    assert ledger.missing_claims(collected, ["vanishing"]) == ["vanishing:C1S", "vanishing:NU"]
+
+
+def test_record_requires_a_reason_when_not_testable(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
+    values = {"exponent": None, "entropy": 0.5, "regime": 0.1}
+    with pytest.raises(ValueError, match="reason"):
+        claims.record(_Ctx(), "NU", values, "m", glue=False)
+    row = claims.record(_Ctx(), "NU", values, "m", reason="no model here", glue=False).row
+    assert row["verdict"] == "not testable" and ledger.validate_row(row)
+
+
+def test_a_row_whose_verdict_does_not_follow_from_its_rule_is_invalid(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
+    row = claims.record(_Ctx(), "C1S", {"outside": 0.0}, "m", glue=False).row
+    with pytest.raises(ValueError, match="does not follow"):
+        ledger.validate_row(dict(row, verdict="refuted"))
+    with pytest.raises(ValueError, match="not one of"):
+        ledger.validate_row(dict(row, verdict="probably"))
+    with pytest.raises(ValueError, match="lacks"):
+        ledger.validate_row({k: v for k, v in row.items() if k != "rule"})
+
+
+def test_variants_are_separate_rows(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
+    for variant in ("a", "b"):
+        claims.record(_Ctx(), "C1S", {"outside": 0.0}, "m", variant=variant, glue=False)
+    rows = json.loads((tmp_path / "vanishing.json").read_text())
+    assert sorted(r["variant"] for r in rows) == ["a", "b"]
+    assert claims.glue_key("NU", "standin-rope") == "verdict_NU_standin_rope"
