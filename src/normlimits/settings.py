@@ -64,9 +64,25 @@ def window_count(count: int | None = None) -> int:
     return _positive_int(WINDOWS_ENV, DEFAULT_WINDOWS)
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def thread_count() -> int:
-    """torch CPU threads from ``NORMLIMITS_THREADS`` (default 2)."""
-    return _positive_int(THREADS_ENV, DEFAULT_THREADS)
+    """torch CPU threads from ``NORMLIMITS_THREADS`` (default 2), capped at the cores available
+    (more threads than cores only slows torch down; a warning says so)."""
+    requested = _positive_int(THREADS_ENV, DEFAULT_THREADS)
+    cores = available_cores()
+    if requested > cores and os.environ.get(THREADS_ENV, "").strip():
+        import warnings
+
+        warnings.warn(f"{THREADS_ENV}={requested} exceeds the {cores} CPU cores available; using "
+                      f"{cores} threads.", stacklevel=2)
+    return min(requested, cores)
 
 
 def configure_torch() -> None:
