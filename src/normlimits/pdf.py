@@ -17,6 +17,7 @@ already needs and shows exactly what the site shows.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import time
@@ -50,6 +51,22 @@ async () => {
 """
 
 
+def single_page(index: Path) -> Path:
+    """The printable single page of a ``singlehtml`` build whose ``index.html`` is ``index``.
+
+    Jupyter Book writes ``index.html`` as a redirect to the root page (``book/intro.html``), which
+    is the whole book in this build; but Sphinx's single-page builder writes every asset link of
+    that page relative to the build's top folder. A copy next to ``index.html`` (``book.html``)
+    therefore finds its stylesheets, scripts, MathJax and images.
+    """
+    match = re.search(r'http-equiv="refresh"\s+content="\d+;\s*url=([^"#]+)"', index.read_text(errors="replace"), re.I)
+    if match is None:
+        return index
+    page = index.parent / "book.html"
+    shutil.copyfile(index.parent / match.group(1), page)
+    return page
+
+
 class PdfError(RuntimeError):
     """The PDF could not be made; the message says why and what to do."""
 
@@ -69,6 +86,7 @@ def print_pdf(index: Path, out: Path) -> dict:
 
     if not index.is_file():
         raise PdfError(f"{index} does not exist: build the single-page book first (make pdf does).")
+    index = single_page(index)
     start = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
     requested: list[str] = []
