@@ -7,7 +7,8 @@ copy of the book and a free local port, opens one chapter in headless Chromium (
 ``chromium``, driven by Playwright), runs all cells on the stand-in, and checks the rendered page:
 no raw MyST (``{prf:``, ``:::``, ``$``, glue roles) in the Markdown cells, every glued number of the
 chapter shown, no cell errored. It then saves the notebook and checks that the chapter's source
-came back unchanged, and shuts the server down.
+came back unchanged, and shuts the server down. What the lab showed is kept in ``_build/lab/``
+(the cells as JSON, a screenshot).
 """
 
 from __future__ import annotations
@@ -265,7 +266,10 @@ def test_a_chapter_runs_and_renders_in_jupyterlab(lab_server, tmp_path):
             timeout=RUN_TIMEOUT_S * 1000, polling=2000)
         page.wait_for_timeout(3000)  # the last Markdown cells' expressions and rendering
         cells = page.evaluate(SURVEY_JS)
-        page.screenshot(path=str(tmp_path / "lab.png"), full_page=False)
+        report = ROOT / "_build" / "lab"
+        report.mkdir(parents=True, exist_ok=True)
+        (report / f"{CHAPTER}.json").write_text(json.dumps(cells, indent=1))
+        page.screenshot(path=str(report / f"{CHAPTER}.png"), full_page=False)
         page.evaluate("() => jupyterapp.commands.execute('docmanager:save')")
         page.wait_for_function("() => !jupyterapp.shell.currentWidget.context.model.dirty", timeout=60_000)
         browser.close()
