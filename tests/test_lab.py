@@ -219,6 +219,16 @@ SURVEY_JS = r"""
 }
 """
 
+# True once every Markdown cell that has evaluated expressions shows each result's text.
+SHOWN_JS = r"""
+() => jupyterapp.shell.currentWidget.content.widgets.filter(c => c.model.type === 'markdown').every(cell => {
+  const results = cell.model.getMetadata('user_expressions') || [];
+  const text = (cell.node.querySelector('.jp-MarkdownOutput, .jp-RenderedMarkdown, .myst') || {innerText: ''}).innerText;
+  return results.every(e => !e.result || e.result.status !== 'ok' ||
+    text.includes(String((e.result.data || {})['text/plain'] || '').replace(/^'|'$/g, '')));
+})
+"""
+
 RAW_MYST = re.compile(r"\{prf:|:::|\$|\{glue|\{eval\}|__import__|\{cite\}|\{numref\}|\{admonition\}")
 PASTE = 'glued.paste("'
 
@@ -264,7 +274,12 @@ def test_a_chapter_runs_and_renders_in_jupyterlab(lab_server, tmp_path):
             " const done = code.every(c => c.model.executionCount !== null);"
             " return (errored || done) && w.sessionContext.session.kernel.status === 'idle'; }",
             timeout=RUN_TIMEOUT_S * 1000, polling=2000)
-        page.wait_for_timeout(3000)  # the last Markdown cells' expressions and rendering
+        # then until every evaluated expression is on the page (the Markdown cells re-render after
+        # their results arrive); on time-out the checks below say what is missing
+        try:
+            page.wait_for_function(SHOWN_JS, timeout=180_000, polling=1000)
+        except Exception:  # playwright's TimeoutError: reported by the checks
+            pass
         cells = page.evaluate(SURVEY_JS)
         report = ROOT / "_build" / "lab"
         report.mkdir(parents=True, exist_ok=True)
