@@ -614,6 +614,34 @@ def test_tables_and_figures_fit_the_content_column(survey):
     assert measured, "no page was measured"
 
 
+def test_the_layout_check_catches_what_overflows_and_the_stylesheet_boxes_outputs(chromium, build_dir):
+    """On a copy of a built chapter page: a bare wide table is reported; the same table as a
+    notebook output scrolls inside its own box (book/_static/layout.css) and is not."""
+    from playwright.sync_api import sync_playwright
+
+    html = build_dir / "html"
+    page_path = next(html / rel for rel in site_pages(html) if redirect_target(html / rel) is None
+                     and is_notebook(source_of(build_dir, rel)))
+    probe = page_path.with_name("_layout_probe.html")
+    wide = '<tr>' + ''.join(f'<td>column {i} with a long value</td>' for i in range(40)) + '</tr>'
+    text = page_path.read_text().replace(
+        "</article>", f'<table id="probe-bare">{wide}</table><div class="cell_output docutils container">'
+        f'<div class="output text_html"><table id="probe-output" class="dataframe">{wide}</table></div></div></article>', 1)
+    probe.write_text(text)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(probe.as_uri(), wait_until="load")
+            found = page.evaluate(SURVEY_JS)["overflow"]
+            browser.close()
+    finally:
+        probe.unlink()
+    labels = [item["what"] for item in found]
+    assert any(label.startswith("table#probe-bare") for label in labels), labels
+    assert not any(label.startswith("table#probe-output") for label in labels), labels
+
+
 def test_figures_and_theorems_are_numbered(survey):
     assert_clean(survey, "numbering", "figures and theorems carry numbers")
 
