@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from normlimits import colab, sphinx_publish
-from normlimits.pages import is_notebook, notebook_pages
+from normlimits.pages import is_notebook, notebook_pages, toc_files
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "book.yml"
@@ -86,7 +86,8 @@ def test_the_hosted_build_runs_the_makefiles_targets_on_gpt2_strictly():
     job = workflow()["jobs"]["book"]
     assert job["env"]["NORMLIMITS_MODEL"] == "gpt2", "an explicit model: no silent fallback to the stand-in"
     runs = [s["run"].strip() for s in job["steps"] if "run" in s]
-    commands = [line.strip() for run in runs for line in run.splitlines() if line.strip()]
+    commands = [line.strip() for run in runs for line in run.splitlines()
+                if line.strip() and "GITHUB_OUTPUT" not in line]  # step outputs are not commands
     assert all(c.startswith("make ") for c in commands), f"the book job runs more than Makefile targets: {commands}"
     targets = [c.split()[1] for c in commands]
     assert targets == ["install", "book", "bench", "pdf", "colab"], targets
@@ -214,7 +215,8 @@ def test_binder_installs_the_book_as_make_install_does():
 @pytest.mark.browser
 def test_site_with_a_repository_shows_working_launch_and_source_links(built_book, tmp_path):
     """Build the book again with ``repository.url`` set, reusing the execution cache of the build
-    ``make book`` just made (nothing re-executes), and read every button of two pages in Chromium."""
+    ``make book`` just made (nothing re-executes), and read every button of two pages in Chromium
+    (the first chapter of the table of contents and the first page that is not a notebook)."""
     from playwright.sync_api import sync_playwright
 
     from test_site import CHROMIUM_ARGS, VIEWPORT, online_button_problems, online_buttons
@@ -236,7 +238,10 @@ def test_site_with_a_repository_shows_working_launch_and_source_links(built_book
     html = site / "_build" / "html"
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "run `make browser`"
-    pages = {"book/vanishing.html": ROOT / "book" / "vanishing.md", "book/notation.html": ROOT / "book" / "notation.md"}
+    toc = [ROOT / f"{name}.md" for name in toc_files(yaml.safe_load((site / "_toc.yml").read_text()))]
+    chapter = next(path for path in toc if is_notebook(path))
+    plain = next(path for path in toc if path.is_file() and not is_notebook(path))
+    pages = {f"{path.relative_to(ROOT).with_suffix('.html').as_posix()}": path for path in (chapter, plain)}
     problems: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
