@@ -5,7 +5,8 @@ execution cache, so nothing re-executes when ``make book`` ran first) and then r
 ``python -m normlimits.pdf [INDEX_HTML] [OUT_PDF]`` (defaults ``_build/singlehtml/index.html`` and
 ``_build/pdf/book.pdf``). This opens the page from ``file://`` in Debian's ``chromium`` (driven by
 Playwright, every network request refused), waits until every image has loaded and MathJax (served
-from the site itself) has typeset every formula, and prints it to A4 with page numbers. The
+from the site itself) has typeset every formula, scales down the formulas wider than the page,
+and prints it to A4 with page numbers. The
 print stylesheet (``book/_static/layout.css``) hides the site's navigation and starts each chapter
 on a new page.
 
@@ -67,6 +68,22 @@ def single_page(index: Path) -> Path:
     return page
 
 
+#: the printable width of an A4 page with PAGE's margins, in CSS pixels (210 mm - 28 mm, 96 dpi)
+PRINT_WIDTH = 688
+# Scale down every formula wider than its line (a wide sympy display would be cut at the page's
+# edge: paper cannot scroll); returns how many were scaled.
+FIT_MATH_JS = r"""
+() => {
+  let scaled = 0;
+  for (const el of document.querySelectorAll('mjx-container[display="true"]')) {
+    const need = el.scrollWidth, have = el.clientWidth;
+    if (have && need > have + 1) { el.style.fontSize = (98 * have / need).toFixed(1) + '%'; scaled++; }
+  }
+  return scaled;
+}
+"""
+
+
 class PdfError(RuntimeError):
     """The PDF could not be made; the message says why and what to do."""
 
@@ -92,7 +109,7 @@ def print_pdf(index: Path, out: Path) -> dict:
     requested: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1100, "height": 1400})
+        page = browser.new_page(viewport={"width": PRINT_WIDTH, "height": 1000})
         page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://")
                    else (requested.append(route.request.url), route.abort()))
         page.goto(index.resolve().as_uri(), wait_until="load", timeout=120_000)
@@ -103,6 +120,7 @@ def print_pdf(index: Path, out: Path) -> dict:
             raise PdfError(f"{index}: {len(ready['brokenImages'])} images did not load "
                            f"({ready['brokenImages'][:3]}) and {ready['untypeset']} formulas were not "
                            "typeset; rebuild with `make pdf` (MathJax comes from book/_mathjax).")
+        ready["scaled"] = page.evaluate(FIT_MATH_JS)
         page.pdf(path=str(out), print_background=True, display_header_footer=True,
                  header_template="<div></div>", footer_template=FOOTER, **PAGE)
         browser.close()
@@ -118,7 +136,7 @@ def main(argv: list[str]) -> int:
         print(f"make pdf: {exc}", file=sys.stderr)
         return 1
     print(f"PDF: {out} ({out.stat().st_size / 1e6:.1f} MB, {report['formulas']} formulas typeset, "
-          f"printed in {report['seconds']} s)")
+          f"{report['scaled']} scaled to the page width, printed in {report['seconds']} s)")
     return 0
 
 
