@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from . import glued
 from .corpus import Corpus, load_corpus
 from .models import LoadedModel, load_model
 from .settings import configure_torch, window_count
@@ -133,8 +134,13 @@ class ProvenanceBanner:
 
 def start_chapter(chapter: str, model: str | None = None, windows: int | None = None,
                   show: bool = True) -> ChapterContext:
-    """Load model and corpus for ``chapter`` and display the provenance banner."""
+    """Load model and corpus for ``chapter`` and display the provenance banner.
+
+    In a Jupyter kernel it also keeps every value the chapter glues (``glued.install``), so that
+    JupyterLab (``make lab``) shows the glued numbers in the prose as the book does.
+    """
     configure_torch()
+    glued.install()
     torch.manual_seed(0)
     loaded = load_model(model)
     corpus = load_corpus()
