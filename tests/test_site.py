@@ -42,6 +42,8 @@ VIEWPORT = {"width": 1280, "height": 1000}
 SKIP_FOLDERS = {"_static", "_sources", "_images", "_sphinx_design_static", "reports"}
 NUMBERED_PROOF_KINDS = ("theorem", "lemma", "corollary", "proposition")
 SEARCH_WORD = "softmax"
+#: the chapter contract: no visible (not hidden) code cell longer than this many lines
+MAX_VISIBLE_CODE_LINES = 15
 # Uncaught script errors that come from the theme stack itself and break nothing a reader uses.
 # sphinx-thebe adds its inline config script (``const THEBE_JS_URL = ...``) twice under Sphinx 7.4,
 # so the second copy throws; thebe (live code in the page) is not enabled in this book.
@@ -142,7 +144,19 @@ async () => {
       return px > 1 ? {what: label, px} : null;
     }).filter(Boolean),
     ledgerRows: [...document.querySelectorAll('table.claims-ledger tbody tr')].map(
-                  tr => [...tr.cells].map(td => td.textContent.trim().replace(/\s+/g, ' '))),
+                  tr => ({id: tr.cells[0].textContent.trim(),
+                          verdict: (tr.querySelector('.verdict-badge') || {textContent: ''}).textContent.trim(),
+                          badgeVisible: !!tr.querySelector('.verdict-badge') && visible(tr.querySelector('.verdict-badge')),
+                          details: !!tr.querySelector('details.claim-details')})),
+    verdictTotal: (document.querySelector('.verdict-summary') || {dataset: {}}).dataset.total || null,
+    verdictCounts: Object.fromEntries([...document.querySelectorAll('.verdict-count')].map(
+                  e => [e.dataset.verdict, Number(e.querySelector('.verdict-count-number').textContent)])),
+    summaryFirst: (() => { const s = document.querySelector('.verdict-summary'), t = document.querySelector('table.claims-ledger');
+                           return !!s && !!t && !!(s.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING); })(),
+    longVisibleCells: [...document.querySelectorAll('div.cell')].filter(c => !c.classList.contains('tag_hide-input') &&
+                  !c.classList.contains('tag_hide-cell')).map(c => c.querySelector('.cell_input pre'))
+                  .filter(pre => pre && visible(pre)).map(pre => (pre.textContent || '').replace(/\n$/, '').split('\n').length)
+                  .filter(n => n > 15),
     citations: document.querySelectorAll('.citation-list .citation, [role="doc-biblioentry"]').length,
     figures: [...document.querySelectorAll('figure')].map(f => ({id: f.id,
       caption: (f.querySelector('figcaption') || {textContent: ''}).textContent.trim().slice(0, 120),
@@ -300,7 +314,7 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
     repository = (config.get("repository") or {}).get("url", "")
     problems: dict[str, list[str]] = {k: [] for k in (
         "pages", "network", "math", "images", "errors", "glue", "links", "verdicts", "banner",
-        "buttons", "numbering", "bibliography", "layout")}
+        "buttons", "numbering", "bibliography", "layout", "code")}
     ids = {rel: set(f.get("ids", ())) for rel, f in pages.items()}
     for rel, f in pages.items():
         if "redirect" in f:
@@ -332,6 +346,10 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
         for fig in f["figures"]:
             if not fig["images"]:
                 problems["images"].append(f"{rel}: figure {fig['id'] or fig['caption']!r} has no image")
+        # the chapter contract: visible code teaches, bookkeeping is hidden
+        for n in f.get("longVisibleCells", []):
+            problems["code"].append(f"{rel}: a visible code cell has {n} lines (limit {MAX_VISIBLE_CODE_LINES}; "
+                                    "move bookkeeping into the package or a hidden cell)")
         # layout: nothing wider than the content column
         for item in f["overflow"]:
             problems["layout"].append(f"{rel}: {item['what']} runs {item['px']} px past the content column")
@@ -419,13 +437,26 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
         for px in pages[verdict_pages[0]].get("ledgerOverflow", []):
             problems["verdicts"].append(f"{verdict_pages[0]}: the table runs {px} px past the content "
                                         "column, hiding its last columns")
-        shown = pages[verdict_pages[0]]["ledgerRows"]
+        page = pages[verdict_pages[0]]
+        shown = page["ledgerRows"]
+        if not page.get("summaryFirst"):
+            problems["verdicts"].append(f"{verdict_pages[0]}: the summary of counts does not come first")
+        if str(page.get("verdictTotal")) != str(len(rows)):
+            problems["verdicts"].append(f"{verdict_pages[0]}: summary total {page.get('verdictTotal')}, "
+                                        f"ledger.json has {len(rows)} rows")
+        for verdict in {r["verdict"] for r in rows} | set(page.get("verdictCounts", {})):
+            want = sum(r["verdict"] == verdict for r in rows)
+            if page.get("verdictCounts", {}).get(verdict) != want:
+                problems["verdicts"].append(f"{verdict_pages[0]}: {verdict!r} counted "
+                                            f"{page.get('verdictCounts', {}).get(verdict)}, ledger.json has {want}")
         if len(shown) != len(rows):
             problems["verdicts"].append(f"{verdict_pages[0]} shows {len(shown)} rows, ledger.json has {len(rows)}")
         for row, cells in zip(rows, shown):
-            want = [row["id"], row["verdict"], norm(row["claim"]), norm(row["paper"]), norm(row["measured"])]
-            if cells[1:] != want:
-                problems["verdicts"].append(f"row {row['chapter']}:{row['id']} shows {cells[1:]}, ledger has {want}")
+            label = row["id"] + (f" ({row['variant']})" if row.get("variant") else "")
+            if (cells["id"], cells["verdict"]) != (label, row["verdict"]) or not cells["badgeVisible"] \
+                    or not cells["details"]:
+                problems["verdicts"].append(f"row {row['chapter']}:{label} shows {cells}, ledger has "
+                                            f"{row['verdict']!r}")
     # one bibliography page
     bib_pages = [rel for rel, f in pages.items() if f.get("citations")]
     if len(bib_pages) != 1:
@@ -592,8 +623,29 @@ def test_internal_links_and_cross_references_resolve(survey):
     assert checked > 0
 
 
-def test_verdicts_page_lists_one_row_per_ledger_claim(survey):
-    assert_clean(survey, "verdicts", "the Verdicts page matches _build/ledger.json")
+def test_verdicts_page_summarises_the_ledger(survey):
+    assert_clean(survey, "verdicts", "the Verdicts page (counts first, one row per claim) matches _build/ledger.json")
+
+
+def test_no_visible_code_cell_is_longer_than_the_limit(survey):
+    assert_clean(survey, "code", f"visible code cells have at most {MAX_VISIBLE_CODE_LINES} lines")
+
+
+def test_no_path_of_the_building_machine_is_published(survey):
+    """The site must not show the builder's home folder or the checkout's own path (banners, error
+    messages, ledger rows, notebooks offered for download)."""
+    html = survey["html"]
+    needles = {str(Path.home().resolve()) + "/", str(ROOT.resolve()) + "/",
+               str(book_root(survey["build"]).resolve()) + "/"}
+    found = []
+    for path in html.rglob("*"):
+        if path.suffix not in (".html", ".ipynb", ".md", ".txt", ".json", ".js") or "_static" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for needle in needles:
+            if needle in text:
+                found.append(f"{path.relative_to(html)} contains {needle!r}")
+    assert not found, "machine paths in the published site:\n" + "\n".join(found[:20])
 
 
 def test_every_executed_page_shows_the_provenance_banner(survey):
