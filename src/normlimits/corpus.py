@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from . import validation
 from .cache import atomic_write_bytes
 from .settings import CORPUS_ENV, SettingError, cache_dir
 
@@ -121,13 +122,8 @@ def window_starts(n_tokens: int, length: int, count: int) -> torch.Tensor:
 
 
 def check_window_length(length: int, max_positions: int) -> int:
-    """Validate a window length L against the model's context."""
-    if not isinstance(length, int) or length < 1:
-        raise SettingError(f"window length L must be a positive integer (got {length!r}).")
-    if length > max_positions:
-        raise SettingError(f"window length L={length} is beyond the model's context "
-                           f"(n_positions={max_positions}); use L <= {max_positions}.")
-    return length
+    """Validate a window length L against the model's context (the shared validator)."""
+    return validation.window_length(length, max_positions)
 
 
 def token_windows(loaded, corpus: Corpus, length: int, count: int) -> torch.Tensor:
