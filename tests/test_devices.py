@@ -14,12 +14,13 @@ from normlimits.models import load_model
 no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 
 
-def test_defaults_are_auto_and_float32(monkeypatch):
+def test_defaults_are_the_cpu_and_float32(monkeypatch):
+    """CPU by default even with a GPU present (the metric modules are not device-aware yet)."""
     monkeypatch.delenv("NORMLIMITS_DEVICE", raising=False)
     monkeypatch.delenv("NORMLIMITS_DTYPE", raising=False)
-    where = placement()
-    expected = "cuda:0" if torch.cuda.is_available() else "cpu"
-    assert where == Placement(device=torch.device(expected), dtype=torch.float32)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert placement() == Placement(device=torch.device("cpu"), dtype=torch.float32)
 
 
 def test_auto_prefers_cuda_when_present(monkeypatch):

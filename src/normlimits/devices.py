@@ -1,8 +1,11 @@
 """Where the forward pass runs and in which precision: the device and dtype settings.
 
-- ``NORMLIMITS_DEVICE``: ``auto`` (default: CUDA if present, else the CPU), ``cpu``, ``cuda``,
-  ``cuda:N``, ``mps``, or ``map``: Hugging Face's ``device_map="auto"`` through Accelerate, which
-  spreads a model too large for one device over every GPU, then the CPU.
+- ``NORMLIMITS_DEVICE``: ``cpu`` (the default), ``auto`` (CUDA if present, else the CPU),
+  ``cuda``, ``cuda:N``, ``mps``, or ``map``: Hugging Face's ``device_map="auto"`` through
+  Accelerate, which spreads a model too large for one device over every GPU, then the CPU.
+  The default is the CPU, not ``auto``, because the chapters' metric modules still build some
+  tensors on the CPU: the day they run where the captures are, :data:`DEFAULT_DEVICE` becomes
+  ``auto``.
 - ``NORMLIMITS_DTYPE``: the forward pass's floating-point type, ``float32`` (default),
   ``bfloat16`` or ``float16``. The half types are allowed on accelerators only: on the CPU they
   are slower than float32 and change every number, so they are refused there.
@@ -24,6 +27,8 @@ from .settings import SettingError
 DEVICE_ENV = "NORMLIMITS_DEVICE"
 DTYPE_ENV = "NORMLIMITS_DTYPE"
 DEVICE_MAP = "map"
+#: the device when NORMLIMITS_DEVICE is unset (see the module docstring for why not ``auto``)
+DEFAULT_DEVICE = "cpu"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps|map)$")
 _DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps or map"
@@ -66,11 +71,11 @@ def resolve_device(value: str | None = None) -> tuple[torch.device, str | None]:
 
     Raises :class:`SettingError` for an unknown name or a device this machine does not have.
     """
-    raw, named = _raw(value, DEVICE_ENV, "auto")
+    raw, named = _raw(value, DEVICE_ENV, DEFAULT_DEVICE)
     text = raw.lower()
     if not _DEVICE.match(text):
         raise SettingError(f"{named} is not a device name; use one of {_DEVICE_CHOICES} "
-                           f"(or unset {DEVICE_ENV} for auto).")
+                           f"(or unset {DEVICE_ENV} for {DEFAULT_DEVICE}).")
     cuda = _cuda_count()
     if text == "auto":
         return torch.device("cuda:0" if cuda else "cpu"), None
