@@ -35,6 +35,8 @@ def _config(family: str, **overrides):
         "mistral": lambda: tf.MistralConfig(num_key_value_heads=1, sliding_window=24, **llama_like),
         "gemma2": lambda: tf.Gemma2Config(num_key_value_heads=2, head_dim=8, **llama_like),
         "bloom": lambda: tf.BloomConfig(hidden_size=32, n_layer=2, n_head=4, **TINY),
+        "falcon": lambda: tf.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          max_position_embeddings=POSITIONS, **TINY),
     }
     config = configs[family]()
     for name, value in overrides.items():
@@ -148,6 +150,12 @@ def test_families_that_modify_their_logits_are_refused_by_name(family, named):
     with pytest.raises(UnsupportedModelError, match=named) as info:
         check_supported(tiny(family).model, family)
     assert f"NORMLIMITS_MODEL={family!r}" in str(info.value) and "llama" in str(info.value)
+
+
+def test_a_family_outside_the_registry_is_refused():
+    """Falcon (without ALiBi) computes attention in its own code: nothing to capture or check."""
+    with pytest.raises(UnsupportedModelError, match="0 of its 2 attention layers.*FalconAttention"):
+        check_supported(tiny("falcon").model, "falcon")
 
 
 def test_bloom_is_refused_even_without_the_family_table(monkeypatch):

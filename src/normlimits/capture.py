@@ -164,8 +164,9 @@ def _forward(model: torch.nn.Module, ids: Tensor) -> tuple[Tensor, Tensor, Tenso
         raise UnsupportedModelError(
             f"{_family(model)}: {len(layers)} of its {expected} attention layers went through "
             f"transformers' attention-function registry ({', '.join(classes) or 'no attention class found'}); "
-            "the others compute their logits in their own code (for example with ALiBi biases), "
-            "which normlimits cannot capture.")
+            "the rest compute their logits in their own code (Falcon, GPT-Neo, Bloom and MPT do, "
+            "some with ALiBi biases or local windows), where normlimits can neither capture nor "
+            "check them.")
     shapes = {tuple(r.query.shape[1:]) for r in layers}
     if len(shapes) != 1:
         raise UnsupportedModelError(f"{_family(model)}: its layers have different head shapes "
