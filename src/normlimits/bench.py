@@ -760,7 +760,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"[bench] {message}", file=sys.stderr, flush=True)
 
     start = time.perf_counter()
-    loaded = load_model(args.model)
+    loaded = load_model(args.model, origin="--model")
     corpus = load_corpus()
     windows = token_windows(loaded, corpus, args.length, count)
     setup = time.perf_counter() - start

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from . import validation
 from .cache import atomic_write_bytes
 from .settings import CORPUS_ENV, WINDOWS_ENV, SettingError, cache_dir
 
@@ -131,14 +132,10 @@ def window_starts(n_tokens: int, length: int, count: int) -> torch.Tensor:
     return torch.tensor([(k * span) // max(count, 1) for k in range(count)], dtype=torch.long)
 
 
-def check_window_length(length: int, max_positions: int) -> int:
-    """Validate a window length L against the model's context."""
-    if not isinstance(length, int) or length < 1:
-        raise SettingError(f"window length L must be a positive integer (got {length!r}).")
-    if length > max_positions:
-        raise SettingError(f"window length L={length} is beyond the model's context "
-                           f"(n_positions={max_positions}); use L <= {max_positions}.")
-    return length
+def check_window_length(length: int, max_positions: int, limit: str | None = None) -> int:
+    """Validate a window length L against the model's context (the shared validator); ``limit``
+    names what bounds it (default ``n_positions=max_positions``)."""
+    return validation.window_length(length, max_positions, limit=limit)
 
 
 def token_windows(loaded, corpus: Corpus, length: int, count: int) -> torch.Tensor:
@@ -147,7 +144,7 @@ def token_windows(loaded, corpus: Corpus, length: int, count: int) -> torch.Tens
     Windows start at evenly spaced offsets over the whole tokenised text, so the same corpus and
     tokenizer always give the same windows.
     """
-    check_window_length(length, loaded.max_positions)
+    check_window_length(length, loaded.max_positions, getattr(loaded, "context_limit", None))
     if count < 1:
         raise SettingError(f"the window count must be at least 1 (got {count}).")
     tokens = corpus_tokens(loaded, corpus)

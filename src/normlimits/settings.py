@@ -11,6 +11,10 @@ default. Names:
   (default ``~/.cache/normlimits``).
 - ``NORMLIMITS_WINDOWS``: how many corpus windows a chapter averages over (default 8).
 - ``NORMLIMITS_THREADS``: torch CPU threads (default 2, the machines' core count).
+- ``NORMLIMITS_DEVICE``, ``NORMLIMITS_DTYPE``: where the forward pass runs and in which precision
+  (see :mod:`normlimits.devices`; default the CPU, float32).
+- ``NORMLIMITS_CAPTURE_CACHE``: where forward passes shared between chapters are kept (see
+  :mod:`normlimits.capture_cache`; default the book's ``_build/captures``).
 """
 
 from __future__ import annotations
