@@ -57,11 +57,13 @@ class ChapterContext:
                              count or self.window_count)
 
     def captures(self, length: int | None = None, count: int | None = None):
-        """One capture per window of :meth:`windows` (one forward pass each), as an iterator of
-        :class:`~normlimits.capture.WindowCapture`."""
-        from .capture import iter_captures
+        """One capture per window of :meth:`windows`, as an iterator of
+        :class:`~normlimits.capture.WindowCapture`: one forward pass per window, shared by every
+        chapter of a build through the capture cache (:mod:`normlimits.capture_cache`)."""
+        from .capture import cached_captures
 
-        return iter_captures(self.loaded, self.windows(length, count))
+        return cached_captures(self.loaded, self.corpus, length or self.loaded.max_positions,
+                               count or self.window_count)
 
     def finish(self) -> float:
         """Record the chapter's execution time (seconds since it started) beside its ledger rows,
