@@ -61,6 +61,7 @@ browser:
 book: $(INSTALLED) $(MATHJAX)
 	$(PY) -m normlimits.execution_cache _build
 	$(VENV)/bin/jupyter-book build . $(BUILD_FLAGS)
+	@$(PY) -m normlimits.timings
 	@echo "Book: _build/html/index.html   Ledger: _build/ledger.json"
 
 # The whole book as one PDF: the single-page build (chapters from the execution cache) printed by

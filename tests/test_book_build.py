@@ -47,10 +47,9 @@ def test_a_reader_regrades_the_ledger_from_its_recorded_statistics(built_book):
 def test_every_chapter_recorded_its_time_within_twice_its_budget(built_book):
     """Budgets live in normlimits.protocol; a chapter over twice its budget fails the build."""
     from normlimits.protocol import CHAPTER_BUDGET_SECONDS
+    from normlimits.timings import over_budget, read_timings
 
-    timings = {p.name.removesuffix(".timing.json"): json.loads(p.read_text())
-               for p in (built_book / "ledger").glob("*.timing.json")}
+    timings = read_timings(built_book / "ledger")
     assert timings, "no chapter recorded its time (ctx.finish())"
-    over = {ch: round(t["seconds"]) for ch, t in timings.items()
-            if t["seconds"] > 2 * CHAPTER_BUDGET_SECONDS.get(ch, float("inf"))}
+    over = over_budget(timings)
     assert not over, f"chapters over twice their budget (s): {over}; budgets: {CHAPTER_BUDGET_SECONDS}"
