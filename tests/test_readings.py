@@ -258,3 +258,29 @@ def test_sampled_positions_weight_their_cells():
     for i, L in enumerate([12, 16]):
         torch.testing.assert_close(sparse.means["scaled"].true[..., i, 0],
                                    (per_row * weights[i]).sum(-1) / L)
+
+
+def test_ties_at_the_top_n_boundary_follow_the_book_rule():
+    """Flat rows tie every key: the top-N set must be the N earliest keys (normlimits.selection),
+    in readings and in distances alike; a row with a tie only at the boundary too."""
+    L, d = 9, 3
+    x = torch.randn(L, d, generator=torch.Generator().manual_seed(7), dtype=DT)
+    flat = torch.full((L,), 1.0 / L, dtype=DT)
+    boundary = torch.tensor([0.3, 0.1, 0.2, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05], dtype=DT)
+    for alpha in (flat, boundary):
+        w = alpha[None]
+        got = R.row_statistics(w, x, [1, 2, 3, 4], samples=0, forms=R.FORMS, expectations=())
+        prof = D.distance_profile(w, x, [1, 2, 3, 4], bounds=False, expectation=False)
+        for j, n in enumerate([1, 2, 3, 4]):
+            first = set(sorted(range(L), key=lambda i: (-float(alpha[i]), i))[:n])
+            for form in R.FORMS:
+                ref = ref_form(form, alpha.numpy(), x.numpy(), first)
+                assert float(got[form]["true"][0, j]) == pytest.approx(ref, rel=1e-12), (form, n)
+            assert float(prof.true[0, j]) == pytest.approx(ref_form("scaled", alpha.numpy(),
+                                                                    x.numpy(), first), rel=1e-12)
+    # the boundary row at N = 3 keeps key 1 (weight 0.1, earliest of the three tied 0.1s)
+    s = (boundary[[0, 2, 1], None] * x[[0, 2, 1]]).sum(0)
+    out = [i for i in range(L) if i not in (0, 1, 2)]
+    ref = sum(float((boundary[i] * x[i] - s).norm()) for i in out)
+    got = R.row_statistics(boundary[None], x, [3], samples=0, expectations=())["scaled"]["true"]
+    assert float(got[0, 0]) == pytest.approx(ref, rel=1e-12)

@@ -28,7 +28,8 @@ Notation (one attention row, ``L`` visible keys, weights ``alpha`` summing to 1,
     below the linear one: ``sum a_i <= sqrt(n) ||a||_2``). The linear bound is the one plotted.
 
 How it is computed (all N of a grid from ONE sort per row; no loop over tokens or N): sort the
-visible weights once (a partial sort, ``topk``, when only the first ``max(grid)`` places matter);
+visible weights once (:func:`normlimits.selection.top_n`, the book's tie rule: among equal weights
+the earlier key ranks first; only the first ``max(grid)`` places matter);
 ``s_N`` for every N of the grid is a cumulative sum over the sorted ``y``; then
 ``||y_k - s_N||^2 = alpha_k^2 ||x_k||^2 - 2 alpha_k <x_k, s_N> + ||s_N||^2`` needs only
 ``<x_k, s_N>``: one matmul ``x @ S^T`` of cost ``L * d * n`` per row and head, cheaper than the
@@ -55,6 +56,7 @@ import torch
 from torch import Tensor
 
 from .critical_n import ks_critical_n  # noqa: F401  (re-exported: the KS test lives there)
+from .selection import top_n
 
 __all__ = [
     "DistanceProfile",
@@ -231,16 +233,12 @@ def _profile_chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, visible: Te
     d = x.shape[-1]
     dtype, dev = w.dtype, w.device
     n = grid.numel()
-    # One (partial) sort per row: only the order of the n_max largest weights matters, every
+    # One (partial) sort per row (the book's tie rule, normlimits.selection.top_n): only the
+    # order of the n_max largest weights matters, every
     # other key is "outside the top N" for every N of the grid. Invisible keys (weight exactly 0
     # by contract) get key -1 and never enter the top n_max <= min(lengths).
     key = torch.where(visible, w, torch.full_like(w, -1.0))
-    if 4 * n_max < L:
-        w_s, top = torch.topk(key, n_max, dim=-1)                             # [b, r, n_max]
-    else:
-        order = torch.argsort(key, dim=-1, descending=True)
-        top = order[..., :n_max]
-        w_s = torch.gather(key, -1, top)
+    w_s, top = top_n(key, n_max)                    # [b, r, n_max]; ties: earlier key first
     rank = torch.full_like(w, n_max, dtype=torch.long)
     rank.scatter_(-1, top, torch.arange(n_max, device=dev).expand_as(top))
     # sorted position of each visible key (n_max beyond the top); -1 for invisible keys

@@ -16,7 +16,8 @@ The first three are the family ``sum_{i not in I} g_i ||b_i x_i - s_I||`` with
 ``(b, g) = (alpha, 1), (1, 1), (1, alpha)``. For each form and each N of a grid,
 :func:`row_statistics` gives
 
-* ``true``: ``I`` = the N keys with the largest weights;
+* ``true``: ``I`` = the N keys with the largest weights (:func:`normlimits.selection.top_n`:
+  among equal weights the earlier key first);
 * ``mc``: a Monte Carlo estimate of ``E = E_{I ~ U(L, N)}[d~(I)]`` from ``samples`` uniform
   subsets per row (nested over N: the first N keys of one uniform random permutation; with
   ``mc_keys`` the sum over the non-selected keys is itself estimated, without bias, from that many
@@ -61,6 +62,8 @@ from typing import Iterable, Sequence
 
 import torch
 from torch import Tensor
+
+from .selection import top_n
 
 __all__ = ["FORMS", "FAMILY", "VECTORS", "STATISTICS", "row_statistics", "window_vectors",
            "ReadingMeans", "PositionStudy", "position_study", "query_rows"]
@@ -178,11 +181,21 @@ def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
 
 
 def _ranks(key: Tensor, largest: bool) -> Tensor:
-    """Each key's place in the order of ``key`` along the last axis (0 = first), one stable sort."""
+    """Each key's place in the order of ``key`` along the last axis (0 = first), one stable sort
+    (used for the uniform random orderings of the Monte Carlo draws)."""
     order = torch.argsort(key, dim=-1, descending=largest, stable=True)
     rank = torch.empty_like(order)
     rank.scatter_(-1, order, torch.arange(key.shape[-1]).expand_as(order))
     return rank
+
+
+def _top_ranks(key: Tensor, n_max: int) -> Tensor:
+    """Each key's place among the ``n_max`` largest of ``key`` along the last axis (0 = largest;
+    ``n_max`` for every key outside them), by :func:`normlimits.selection.top_n`, so ties follow
+    the book's rule (the earlier key first)."""
+    _, top = top_n(key, min(n_max, key.shape[-1]))
+    rank = torch.full_like(key, n_max, dtype=torch.long)
+    return rank.scatter_(-1, top, torch.arange(top.shape[-1]).expand_as(top))
 
 
 def _nested_context(w: Tensor, x: Tensor, rank: Tensor, grid: Tensor) -> Tensor:
@@ -289,7 +302,7 @@ def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, expectations, generat
     def norm_of_sum(s: Tensor) -> Tensor:
         return (total[:, :, None, :] - 2.0 * s).norm(dim=-1)
 
-    rank = _ranks(torch.where(visible, w, torch.full_like(w, -1.0)), largest=True)
+    rank = _top_ranks(torch.where(visible, w, torch.full_like(w, -1.0)), int(grid.max()))
     s = _nested_context(w, x, rank, grid)
     if family:
         outside = (torch.where(visible, rank, -1).transpose(1, 2)[..., None] >= grid)
