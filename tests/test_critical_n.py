@@ -9,6 +9,7 @@ from scipy.stats import ks_2samp
 
 from normlimits import critical_n as C
 from normlimits import readings as R
+from normlimits import token_means as TM
 from normlimits.protocol import TOP_N_GRID
 
 from test_readings import FakeCapture
@@ -67,12 +68,12 @@ def test_samples_that_differ_below_L_report_none_below_L():
         C.fit_critical_n([32, 64], [8])
 
 
-def _study(true: np.ndarray, expected: np.ndarray, lengths, grid) -> R.PositionStudy:
+def _study(true: np.ndarray, expected: np.ndarray, lengths, grid) -> TM.PositionStudy:
     """A study with given per-head values [heads, m, n] (one layer)."""
     t = torch.as_tensor(true)[None]
     e = torch.as_tensor(expected)[None]
-    means = {"scaled": R.ReadingMeans(true=t, mc=e, main=e, rms=e)}
-    return R.PositionStudy(lengths=list(lengths), n_grid=torch.tensor(grid), vectors="values",
+    means = {"scaled": TM.ReadingMeans(true=t, mc=e, main=e, rms=e)}
+    return TM.PositionStudy(lengths=list(lengths), n_grid=torch.tensor(grid), vectors="values",
                            per_octave=None, samples=2, mc_keys=None, windows=1,
                            positions=list(lengths), means=means, last=means)
 
@@ -124,7 +125,7 @@ def test_trivial_rows_do_not_change_the_ks_test():
     factor (L - N)/L, and the KS test is invariant under a common scale."""
     caps = [FakeCapture(seed=s, L=20, heads=5) for s in range(2)]
     grid = [2, 6]
-    study = R.position_study(iter(caps), [20], grid, samples=0, expectations=("main",))
+    study = TM.position_study(iter(caps), [20], grid, samples=0, expectations=("main",))
     res = C.critical_n(study, expectation="main")
     for j, n in enumerate(grid):
         t_sum = e_sum = 0

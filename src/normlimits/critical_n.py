@@ -8,7 +8,7 @@ grid is rejected. The grid stops below L: at ``N = L`` nothing is left outside t
 both samples are identically 0, the test returns ``p = 1`` and a critical N would always be
 "found" (:func:`ks_critical_n` also refuses identical samples, for the same reason).
 
-The per-head values come from a :class:`~normlimits.readings.PositionStudy`: the paper's protocol
+The per-head values come from a :class:`~normlimits.token_means.PositionStudy`: the paper's protocol
 (the token-mean over every query position of the length-L window, ``aggregate="paper"``) or the
 last row only (``aggregate="last_row"``, the variant), for any reading of Eq. (7) and with the
 Monte Carlo expectation (``mc``) or its closed-form bounds (``main``, ``rms``).
@@ -24,7 +24,7 @@ import torch
 
 from .protocol import KS_ALPHAS, TOP_N_GRID
 from .fits import loglog_fit, slope_through_origin
-from .readings import PositionStudy, position_study
+from .token_means import PositionStudy, position_study
 
 __all__ = ["critical_grid", "KSResult", "ks_critical_n", "PowerFit", "fit_critical_n",
            "CriticalN", "critical_n", "critical_n_search"]
@@ -185,7 +185,7 @@ def critical_n_search(captures: Iterable, lengths: Sequence[int], *, protocol: s
                       alphas: Sequence[float] = KS_ALPHAS, expectation: str | None = None,
                       per_octave: int | None = None, samples: int = 2, mc_keys: int | None = None,
                       seed: int = 0) -> CriticalN:
-    """Figure 2c from captured windows in one call: a :func:`~normlimits.readings.position_study`
+    """Figure 2c from captured windows in one call: a :func:`~normlimits.token_means.position_study`
     of the ``scaled`` reading on value vectors, then :func:`critical_n`.
 
     ``protocol``: ``paper`` (token-means over every query position, or ``per_octave`` per octave; Monte

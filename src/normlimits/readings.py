@@ -41,32 +41,27 @@ checks them against enumeration of every subset.) A row with ``N >= L`` has no k
 every key is selected, which gives 0 for the family and ``||T||`` for the norm of the sum, in
 every statistic. Causal rows at positions ``t <= N - 1`` are such rows.
 
-:func:`position_study` runs the paper's protocol over captured windows: every statistic per row
-for the query positions of one forward pass, then per (layer, head) the token-mean over the
-positions ``t < L`` of the window cut to length ``L`` (by causality row ``t`` of the longest
-window *is* row ``t`` of every shorter one), for every ``L`` of a grid at once; and, as a named
-variant, the last row ``t = L - 1`` alone.
+:mod:`normlimits.token_means` runs the paper's protocol (token-means over every query position of
+a window) on top of this module.
 
-Cost: per row and ordering (the top-N one and each Monte Carlo draw) one matmul ``x @ S^T`` of
-``L d n`` and a few elementwise passes over ``[L, n]``; rows are processed in chunks of
+Cost: per row and ordering (the top-N one and each Monte Carlo draw) one gather and cumulative
+sum for the context vectors (``N_max d``), one matmul ``x @ S^T`` of ``L d n`` and a few
+elementwise passes over ``[L, n]`` (with ``mc_keys``, ``mc_keys`` keys instead of ``L`` for the
+draws); rows are processed in chunks of
 ``chunk_elements`` floats. Shapes: weights ``[..., R, L]`` (zero beyond each row's visible keys),
 vectors ``[..., L, d]`` (leading dimensions broadcast), outputs ``[..., R, n]``.
 """
 
 from __future__ import annotations
 
-import math
-import time
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Mapping, Sequence
 
 import torch
 from torch import Tensor
 
 from .selection import top_n
 
-__all__ = ["FORMS", "FAMILY", "VECTORS", "STATISTICS", "row_statistics", "window_vectors",
-           "ReadingMeans", "PositionStudy", "position_study", "query_rows"]
+__all__ = ["FORMS", "FAMILY", "VECTORS", "STATISTICS", "CLOSED_FORMS", "row_statistics"]
 
 #: the readings of Eq. (7); the first three form the family sum g_i ||b_i x_i - s||
 FORMS = ("scaled", "raw", "weighted", "norm_of_sum")
@@ -79,12 +74,29 @@ STATISTICS = ("true", "mc", "mc_var", "main", "rms", "upper", "individual")
 CLOSED_FORMS = ("main", "rms", "upper")
 
 
+def _wanted(expectations, forms: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The closed forms per form: ``expectations`` for every form, or a mapping form -> them."""
+    if isinstance(expectations, Mapping):
+        unknown = [f for f in expectations if f not in forms]
+        if unknown:
+            raise ValueError(f"expectations name forms {unknown} that are not among forms {list(forms)}")
+        wanted = {f: tuple(expectations.get(f, ())) for f in forms}
+    else:
+        wanted = {f: tuple(expectations) for f in forms}
+    bad = sorted({e for v in wanted.values() for e in v if e not in CLOSED_FORMS})
+    if bad:
+        raise ValueError(f"expectations {bad}: each must be one of {CLOSED_FORMS}")
+    return wanted
+
+
 def _stats(form: str, samples: int, expectations: Sequence[str]) -> list[str]:
     """The statistics computed for ``form``."""
     extra = [e for e in expectations if e != "upper" or form == "scaled"]
     if "upper" in extra:
         extra.append("individual")
     return ["true"] + (["mc", "mc_var"] if samples >= 1 else []) + extra
+
+
 DEFAULT_CHUNK_ELEMENTS = 1 << 22
 
 
@@ -111,7 +123,7 @@ def _check_forms(forms: Sequence[str]) -> tuple[str, ...]:
 def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
                    forms: Sequence[str] = ("scaled",), samples: int = 2,
                    mc_keys: int | None = None,
-                   expectations: Sequence[str] = ("main", "rms"),
+                   expectations: Sequence[str] | Mapping[str, Sequence[str]] = ("main", "rms"),
                    generator: torch.Generator | None = None,
                    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> dict[str, dict[str, Tensor]]:
     """Every statistic of every form for every row and every N of ``n_grid``.
@@ -125,7 +137,8 @@ def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
         samples: Monte Carlo draws per row (0: no ``mc``; 1: no ``mc_var``).
         mc_keys: estimate each draw's sum over the non-selected keys from this many keys drawn
             with replacement (unbiased); None: sum over every key.
-        expectations: which closed forms to compute (``main``, ``rms``; empty for none).
+        expectations: which closed forms to compute (``main``, ``rms``, ``upper``; empty for
+            none), for every form, or a mapping form -> closed forms (forms not named get none).
         generator: for the Monte Carlo draws.
         chunk_elements: the largest temporary, in elements.
 
@@ -160,12 +173,10 @@ def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
         raise ValueError("weights beyond a row's visible keys must be exactly 0; pass "
                          "lengths = query position + 1 for causal rows")
     grid = _grid(n_grid)
-    expectations = tuple(expectations)
-    if any(e not in CLOSED_FORMS for e in expectations):
-        raise ValueError(f"expectations {list(expectations)}: each must be one of {CLOSED_FORMS}")
+    wanted = _wanted(expectations, forms)
     B, n = w.shape[0], grid.numel()
-    out = {f: {s: w.new_empty(B, R, n) for s in _stats(f, samples, expectations)} for f in forms}
-    per_problem = 4 * L * n + n * d + L
+    out = {f: {s: w.new_empty(B, R, n) for s in _stats(f, samples, wanted[f])} for f in forms}
+    per_problem = 4 * L * n + (int(grid.max().clamp(max=L)) + n) * d + L
     rows_per_chunk = max(1, chunk_elements // per_problem)
     b_step, r_step = ((max(1, rows_per_chunk // R), R) if rows_per_chunk >= R
                       else (1, rows_per_chunk))
@@ -173,42 +184,29 @@ def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
         for r0 in range(0, R, r_step):
             bs, rs = slice(b0, b0 + b_step), slice(r0, r0 + r_step)
             part = _chunk(w[bs, rs], x[bs], lens[rs], grid, forms, samples, mc_keys,
-                          expectations, generator)
+                          wanted, generator)
             for f, by_stat in part.items():
                 for s, v in by_stat.items():
                     out[f][s][bs, rs] = v
     return {f: {s: v.reshape(*lead, R, n) for s, v in by_stat.items()} for f, by_stat in out.items()}
 
 
-def _ranks(key: Tensor, largest: bool) -> Tensor:
-    """Each key's place in the order of ``key`` along the last axis (0 = first), one stable sort
-    (used for the uniform random orderings of the Monte Carlo draws)."""
-    order = torch.argsort(key, dim=-1, descending=largest, stable=True)
-    rank = torch.empty_like(order)
-    rank.scatter_(-1, order, torch.arange(key.shape[-1]).expand_as(order))
-    return rank
+def _order_ranks(order: Tensor, length: int) -> Tensor:
+    """Each key's place in ``order`` [b, r, k] (the first k keys of an ordering), ``k`` for every
+    key not among them: [b, r, length]."""
+    k = order.shape[-1]
+    rank = torch.full((*order.shape[:-1], length), k, dtype=torch.long)
+    return rank.scatter_(-1, order, torch.arange(k).expand_as(order))
 
 
-def _top_ranks(key: Tensor, n_max: int) -> Tensor:
-    """Each key's place among the ``n_max`` largest of ``key`` along the last axis (0 = largest;
-    ``n_max`` for every key outside them), by :func:`normlimits.selection.top_n`, so ties follow
-    the book's rule (the earlier key first)."""
-    _, top = top_n(key, min(n_max, key.shape[-1]))
-    rank = torch.full_like(key, n_max, dtype=torch.long)
-    return rank.scatter_(-1, top, torch.arange(top.shape[-1]).expand_as(top))
-
-
-def _nested_context(w: Tensor, x: Tensor, rank: Tensor, grid: Tensor) -> Tensor:
-    """Context vectors ``s_N = sum_{rank_k < N} w_k x_k`` [b, r, n, d] for every N of the sorted
-    ``grid``: each key's weight goes to the first grid interval that contains it, one matmul sums
-    the intervals, a cumulative sum over them gives the nested sets. w, rank [b, r, L]."""
-    b, r, L = w.shape
-    n = grid.numel()
-    seg = torch.searchsorted(grid, rank, right=True)                          # first N > rank
-    parts = w.new_zeros(b, r, n + 1, L)                                       # n: in no set
-    parts.scatter_(2, seg[:, :, None, :], w[:, :, None, :])
-    sums = torch.matmul(parts.view(b, r * (n + 1), L), x).view(b, r, n + 1, -1)
-    return torch.cumsum(sums[:, :, :n], dim=2)
+def _ordered_context(w: Tensor, x: Tensor, order: Tensor, grid: Tensor) -> Tensor:
+    """Context vectors ``s_N`` [b, r, n, d] of the first N keys of ``order`` [b, r, k] (k >= max
+    N), for every N of the sorted ``grid``: one gather and one cumulative sum over the k keys.
+    w [b, r, L], x [b, L, d]."""
+    b = w.shape[0]
+    wk = torch.gather(w, -1, order)                                           # [b, r, k]
+    xk = x[torch.arange(b)[:, None, None], order]                             # [b, r, k, d]
+    return torch.cumsum(xk.mul_(wk[..., None]), dim=2)[:, :, grid - 1]
 
 
 def _family_distances(x: Tensor, x2: Tensor, w_t: Tensor, y2: Tensor, s: Tensor,
@@ -261,7 +259,7 @@ def _sampled_family(x: Tensor, w: Tensor, rank: Tensor, s: Tensor, grid: Tensor,
 
 
 def _chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, forms: tuple[str, ...],
-           samples: int, mc_keys: int | None, expectations: tuple[str, ...], generator) -> dict:
+           samples: int, mc_keys: int | None, wanted: dict, generator) -> dict:
     """All statistics for one chunk: w [b, r, L], x [b, L, d]; outputs [b, r, n] for the grid as
     given. Values of N that select every key of every row of the chunk are filled in directly."""
     b, r, L = w.shape
@@ -271,13 +269,13 @@ def _chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, forms: tuple[str, .
     live_grid = torch.unique(grid[grid < int(lens.max())])                   # sorted
     # Every statistic of a row whose N selects all its keys: 0 for the family, ||T|| else.
     out = {f: {st: (t_norm[..., None].expand(b, r, n) if (f == "norm_of_sum" and st != "mc_var")
-                    else w.new_zeros(b, r, n)).clone() for st in _stats(f, samples, expectations)}
+                    else w.new_zeros(b, r, n)).clone() for st in _stats(f, samples, wanted[f])}
            for f in forms}
     if "individual" in out.get("scaled", {}):     # S does not depend on N
         y_norm = (w * x.norm(dim=-1)[:, None, :]).sum(-1)                    # [b, r]
         out["scaled"]["individual"] = y_norm[..., None].expand(b, r, n).clone()
     if live_grid.numel():
-        part = _chunk_live(w, x, lens, live_grid, forms, samples, mc_keys, expectations,
+        part = _chunk_live(w, x, lens, live_grid, forms, samples, mc_keys, wanted,
                            generator, total)
         cols = torch.searchsorted(live_grid, grid.clamp(max=int(live_grid.max())))
         live = grid < int(lens.max())
@@ -288,7 +286,7 @@ def _chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, forms: tuple[str, .
     return out
 
 
-def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, expectations, generator, total):
+def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, wanted, generator, total):
     """:func:`_chunk` for a sorted grid of distinct N below the chunk's longest row."""
     b, r, L = w.shape
     dtype = w.dtype
@@ -302,8 +300,10 @@ def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, expectations, generat
     def norm_of_sum(s: Tensor) -> Tensor:
         return (total[:, :, None, :] - 2.0 * s).norm(dim=-1)
 
-    rank = _top_ranks(torch.where(visible, w, torch.full_like(w, -1.0)), int(grid.max()))
-    s = _nested_context(w, x, rank, grid)
+    n_max = int(grid.max())
+    _, order = top_n(torch.where(visible, w, torch.full_like(w, -1.0)), n_max)   # book's ties
+    rank = _order_ranks(order, L)
+    s = _ordered_context(w, x, order, grid)
     if family:
         outside = (torch.where(visible, rank, -1).transpose(1, 2)[..., None] >= grid)
         for f, v in _family_distances(x, x2, w_t, y2, s, outside, family).items():
@@ -315,8 +315,10 @@ def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, expectations, generat
         acc = {f: [0.0, 0.0] for f in forms}
         for _ in range(samples):
             u = torch.rand(b, r, L, generator=generator, dtype=dtype)
-            rank = _ranks(torch.where(visible, u, torch.full_like(u, 2.0)), largest=False)
-            s = _nested_context(w, x, rank, grid)
+            order = torch.topk(torch.where(visible, u, torch.full_like(u, 2.0)), n_max,
+                               largest=False).indices         # a uniform random ordered prefix
+            rank = _order_ranks(order, L)
+            s = _ordered_context(w, x, order, grid)
             if not family:
                 vals = {}
             elif mc_keys is None:
@@ -334,37 +336,41 @@ def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, expectations, generat
             res[f]["mc"] = mean
             res[f]["mc_var"] = (((s2 / samples - mean * mean).clamp_min(0) / (samples - 1))
                                 if samples > 1 else torch.full_like(mean, float("nan")))
-    if expectations:
-        _closed_forms(res, forms, family, expectations, x, x2, w_t, y2, total, lens, grid,
-                      visible)
+    if any(wanted.values()):
+        _closed_forms(res, forms, family, wanted, x, x2, w_t, y2, total, lens, grid, visible)
     return res
 
 
 def _closed_forms(res, forms, family, wanted, x, x2, w_t, y2, total, lens, grid, visible) -> None:
-    """``main`` and/or ``rms`` (``wanted``) of every form (module docstring), into ``res``."""
+    """The closed forms ``wanted[form]`` (``main``, ``rms``, ``upper``) of every form (module
+    docstring), into ``res``."""
     dtype = x.dtype
     Lr = lens.to(dtype)[:, None]                                              # [r, 1]
     Ne = torch.minimum(grid[None, :], lens[:, None]).to(dtype)                # [r, n] N_eff
     vis_t = visible.t().to(dtype)                                             # [L, r]
     q = (y2 * vis_t).sum(1)                                                   # [b, r] sum ||y||^2
     t2 = (total * total).sum(-1)                                              # [b, r]
-    if "norm_of_sum" in forms:
+    if wanted.get("norm_of_sum"):
         shrink = 1 - 2 * Ne / Lr                                              # [r, n]
         sigma2 = (q / Lr.t() - t2 / Lr.t() ** 2).clamp_min(0)                 # [b, r]
         var = torch.where(Lr > 1, 4 * Ne * (Lr - Ne) / (Lr - 1).clamp_min(1), torch.zeros_like(Ne))
-        if "main" in wanted:
+        if "main" in wanted["norm_of_sum"]:
             res["norm_of_sum"]["main"] = shrink.abs() * t2.sqrt()[..., None]
-        if "rms" in wanted:
+        if "rms" in wanted["norm_of_sum"]:
             res["norm_of_sum"]["rms"] = (shrink ** 2 * t2[..., None] + var * sigma2[..., None]).sqrt()
+    family = tuple(f for f in family if wanted[f])
     if not family:
         return
     keep = (Lr - Ne) / Lr                                                     # [r, n] P(i not in I)
-    if "upper" in wanted and "scaled" in family:
+    if "upper" in wanted.get("scaled", ()):
         individual = torch.einsum("blr,lr->br", y2.sqrt(), vis_t)[..., None]  # [b, r, 1] S
         r2 = ((Ne + 1) * Lr * q[..., None] - (Ne - 1) ** 2 * q[..., None]
               + Ne * (Ne - 3) * t2[..., None]) / (Lr - 1).clamp_min(1)
         second = keep * (Lr * r2.clamp_min(0)).sqrt()
         res["scaled"]["upper"] = torch.minimum(keep * (Ne + 1) * individual, second)
+    family = tuple(f for f in family if {"main", "rms"} & set(wanted[f]))
+    if not family:
+        return
     c = torch.where(Lr > 1, Ne / (Lr - 1).clamp_min(1), torch.zeros_like(Ne))  # [r, n]
     w_xt = torch.matmul(x, total.transpose(1, 2))                             # [b, L, r] <x_i, T>
     yt = w_t * w_xt                                                           # <y_i, T>
@@ -376,7 +382,7 @@ def _closed_forms(res, forms, family, wanted, x, x2, w_t, y2, total, lens, grid,
         groups.append((tuple(f for f in ("raw", "weighted") if f in family),
                        x2[..., None].expand_as(yt), w_xt - w_t * x2[..., None]))   # a = x_i
     variance = None
-    if "rms" in wanted:                                                       # V_i, per N
+    if any("rms" in wanted[f] for f in family):                               # V_i, per N
         factor = torch.where((Lr > 2) & (Lr - 1 - Ne > 0),
                              Ne * (Lr - 1 - Ne) / (Lr - 2).clamp_min(1), torch.zeros_like(Ne))
         rest = (Lr - 1).clamp_min(1).t()[None]                                # [1, 1, r]
@@ -386,223 +392,13 @@ def _closed_forms(res, forms, family, wanted, x, x2, w_t, y2, total, lens, grid,
         # ||a - c u||^2 = ||a||^2 - 2 c <a, u> + c^2 ||u||^2, for every N at once
         m2 = torch.addcmul(a2[..., None], au[..., None], c, value=-2.0)
         m2.addcmul_(u2[..., None], c * c).clamp_min_(0)
-        for key in ("main", "rms"):
-            if key not in wanted or (key == "rms" and variance is None):
-                continue
+        keys = [k for k in ("main", "rms") if any(k in wanted[name] for name in names)]
+        for key in keys:
             if key == "main":
-                part = m2.sqrt() if "rms" in wanted else m2.sqrt_()
+                part = m2.sqrt() if "rms" in keys else m2.sqrt_()
             else:
                 part = m2.addcmul_(*variance).sqrt_()
-            for name in names:
+            for name in (nm for nm in names if key in wanted[nm]):
                 g = vis_t if name != "weighted" else w_t * vis_t               # [.., L, r]
                 eq = "blrn,lr->brn" if g.dim() == 2 else "blrn,blr->brn"
                 res[name][key] = keep * torch.einsum(eq, part, g)
-
-
-# --------------------------------------------------------------------------------------------
-# Windows: the vectors x_i, the query positions, the paper's token-means
-# --------------------------------------------------------------------------------------------
-
-
-def window_vectors(capture, vectors: str = "values") -> Tensor:
-    """The x_i of one captured window as ``[layers, heads or 1, L, d]``.
-
-    ``values``: the head's value vectors; ``hidden``: the residual stream entering the layer
-    (shared by its heads); ``*_sphere``: the same projected onto the unit sphere.
-    """
-    if vectors not in VECTORS:
-        raise ValueError(f"vectors={vectors!r}: choose one of {VECTORS}")
-    if vectors.startswith("hidden"):
-        if getattr(capture, "hidden", None) is None:
-            raise ValueError("this capture has no hidden states (capture.hidden is None); "
-                             "keep them to use vectors='hidden'")
-        x = capture.hidden[:, None]
-    else:
-        x = capture.values
-    if vectors.endswith("_sphere"):
-        x = x / x.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
-    return x
-
-
-def query_rows(longest: int, lengths: Sequence[int], per_octave: int | None = None, *,
-               paper: bool = True) -> tuple[Tensor, Tensor]:
-    """The query positions a study computes, and the weight of each in each token-mean.
-
-    ``per_octave`` None: every position ``t < longest`` (the paper's protocol). An int k (a power
-    of 2): within each octave ``[2^j, 2^(j+1))`` every ``max(1, 2^j / k)``-th position, the middle
-    of its cell of that many positions, so that each octave of t holds about k rows at a cost per
-    octave that does not grow with t; the positions below ``2k`` are all kept. The last row
-    ``L - 1`` of every length is always computed (the last-row variant; weight 0 unless it is a
-    sampled position). ``paper=False``: the last rows only.
-
-    Returns ``(rows, weights)``: sorted LongTensor [R], and float64 [m, R] with the share of
-    positions of ``[0, L_i)`` that row stands for (each row of ``weights`` sums to ``L_i``).
-    """
-    if per_octave is not None and (per_octave < 1 or per_octave & (per_octave - 1)):
-        raise ValueError(f"per_octave must be a power of 2 or None (got {per_octave})")
-    lens = torch.as_tensor(sorted({int(L) for L in lengths}), dtype=torch.long)
-    starts, widths = [torch.zeros(0, dtype=torch.long)], [torch.zeros(0, dtype=torch.long)]
-    if paper:
-        lo, hi = 0, 1
-        while lo < longest:                     # octaves [0, 1), [1, 2), [2, 4), ...
-            step = 1 if per_octave is None else max(1, (hi - lo) // per_octave)
-            cell = torch.arange(lo, min(hi, longest), step)
-            starts.append(cell)
-            widths.append(torch.clamp(torch.full_like(cell, step), max=longest - cell))
-            lo, hi = hi, 2 * hi
-    starts, widths = torch.cat(starts), torch.cat(widths)
-    centres = starts + (widths - 1) // 2
-    rows = torch.unique(torch.cat([centres, lens - 1]))
-    weights = torch.zeros(lens.numel(), rows.numel(), dtype=torch.float64)
-    col = torch.searchsorted(rows, centres)
-    for i, L in enumerate(lens.tolist()):     # the part of each cell inside [0, L)
-        share = (torch.clamp(starts + widths, max=L) - starts).clamp_min(0)
-        weights[i].index_add_(0, col, share.double())
-    return rows, weights
-
-
-@dataclass(frozen=True)
-class ReadingMeans:
-    """One reading's statistics per (layer, head): float64 tensors ``[layers, heads, m, n]`` for
-    the ``m`` lengths and ``n`` values of N of the study. ``true``, ``mc``, ``main``, ``rms`` as in
-    :func:`row_statistics` (averaged), and ``upper``, ``individual`` for the scaled form;
-    ``mc_se`` the standard error of ``mc`` from the Monte Carlo draws (NaN with one draw). Fields
-    the study did not compute are None."""
-
-    true: Tensor
-    mc: Tensor | None = None
-    mc_se: Tensor | None = None
-    main: Tensor | None = None
-    rms: Tensor | None = None
-    upper: Tensor | None = None
-    individual: Tensor | None = None
-
-    def expectation(self, which: str) -> Tensor:
-        """``mc``, ``main``, ``rms``, ``upper`` or ``individual`` (ValueError naming what was
-        computed otherwise)."""
-        names = ("mc", "main", "rms", "upper", "individual")
-        value = getattr(self, which, None) if which in names else None
-        if value is None:
-            raise ValueError(f"statistic {which!r} was not computed; computed: "
-                             f"{[k for k in names if getattr(self, k) is not None]}")
-        return value
-
-
-@dataclass(frozen=True)
-class PositionStudy:
-    """Token-means over query positions (the paper's protocol) and last rows, per reading.
-
-    ``means[form]``: per (layer, head), the mean over the query positions ``t < L`` of the window
-    cut to length L (every position, or ``per_octave`` per octave, weighted), then over windows;
-    ``last[form]``: the row ``t = L - 1`` alone, mean over windows. ``lengths`` [m] and ``n_grid``
-    [n] are the axes; ``positions[i]`` how many query rows entered the token-mean at
-    ``lengths[i]``.
-    """
-
-    lengths: list
-    n_grid: Tensor
-    vectors: str
-    per_octave: int | None
-    samples: int
-    mc_keys: int | None
-    windows: int
-    positions: list
-    means: dict = field(default_factory=dict)
-    last: dict = field(default_factory=dict)
-    seconds: float = float("nan")
-
-    def per_head(self, form: str, statistic: str, length: int, aggregate: str = "paper") -> Tensor:
-        """``[heads_total, n]`` values of one statistic at one length (``aggregate``: ``paper``
-        for the token-means, ``last_row`` for the variant)."""
-        table = {"paper": self.means, "last_row": self.last}.get(aggregate)
-        if table is None:
-            raise ValueError(f"aggregate={aggregate!r}: choose 'paper' or 'last_row'")
-        if form not in table:
-            raise ValueError(f"form {form!r} was not computed; computed: {list(table)}")
-        if length not in self.lengths:
-            raise ValueError(f"length {length} is not one of the study's {self.lengths}")
-        value = (table[form].true if statistic == "true" else
-                 table[form].mc_se if statistic == "mc_se" else
-                 table[form].expectation(statistic))
-        if value is None:
-            raise ValueError(f"statistic {statistic!r} was not computed")
-        return value[..., self.lengths.index(length), :].reshape(-1, self.n_grid.numel())
-
-
-def position_study(captures: Iterable, lengths: Sequence[int], n_grid, *,
-                   vectors: str = "values", forms: Sequence[str] = ("scaled",),
-                   per_octave: int | None = None, paper: bool = True,
-                   samples: int = 2, mc_keys: int | None = None,
-                   expectations: Sequence[str] = ("main", "rms"),
-                   rows_per_call: int = 64, seed: int = 0,
-                   chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> PositionStudy:
-    """The paper's protocol (Algorithms 1-3) over windows, for every length and N at once.
-
-    For each window (one forward pass, captured): the rows of :func:`query_rows` (every query
-    position, or ``per_octave`` of them per octave), in chunks of ``rows_per_call`` rows that see
-    only the keys they need, then :func:`row_statistics` on the chosen vectors; the token-mean
-    for length L is the weighted mean over the rows ``t < L`` (rows with ``t + 1 <= N`` count with
-    the value the definition gives them, see the module docstring). ``paper=False`` computes the
-    last rows only (``means`` is then empty). ``captures`` may be a one-shot iterator; ``seed``
-    seeds the Monte Carlo draws. ``mc_se`` covers the Monte Carlo error only, not the error of
-    sampling query positions.
-    """
-    forms = _check_forms(forms)
-    grid = _grid(n_grid)
-    lens = sorted({int(L) for L in lengths})
-    if not lens:
-        raise ValueError("lengths is empty; pass the window lengths L to average over")
-    gen = torch.Generator().manual_seed(seed)
-    started = time.perf_counter()
-    sums: dict = {}
-    count = 0
-    rows, weights = query_rows(lens[-1], lens, per_octave, paper=paper)
-    Lt = torch.tensor(lens)
-    share = weights / Lt[:, None].double()                                      # [m, R]
-    is_last = (rows[None, :] == (Lt[:, None] - 1)).double()                     # [m, R]
-    for cap in captures:
-        x_all = window_vectors(cap, vectors)
-        window = x_all.shape[-2]
-        if lens[0] < 1 or lens[-1] > window:
-            raise ValueError(f"lengths {lens} must lie in 1..{window} (the captured window); "
-                             "capture a longer window or shrink the grid")
-        for p0 in range(0, rows.numel(), rows_per_call):
-            block = rows[p0:p0 + rows_per_call]
-            top = int(block.max()) + 1
-            w = cap.weights(block)[..., :top]
-            vals = row_statistics(w, x_all[..., :top, :], grid, lengths=block + 1, forms=forms,
-                                  samples=samples, mc_keys=mc_keys, expectations=expectations,
-                                  generator=gen, chunk_elements=chunk_elements)
-            cols = slice(p0, p0 + rows_per_call)
-            for f, by_stat in vals.items():
-                for st, v in by_stat.items():
-                    v = v.double()
-                    parts = {"last_row": torch.einsum("...rn,mr->...mn", v, is_last[:, cols])}
-                    if paper:      # a variance enters a weighted mean with squared weights
-                        w_m = share[:, cols] ** 2 if st == "mc_var" else share[:, cols]
-                        parts["paper"] = torch.einsum("...rn,mr->...mn", v, w_m)
-                    for agg, part in parts.items():
-                        key = (f, st, agg)
-                        sums[key] = sums[key] + part if key in sums else part
-        count += 1
-    if count == 0:
-        raise ValueError("no windows were given; pass at least one captured window")
-
-    def means(agg: str) -> dict:
-        out = {}
-        for f in forms:
-            got = {s: sums[(f, s, agg)] / count for s in STATISTICS if (f, s, agg) in sums}
-            se = None
-            if (f, "mc_var", agg) in sums:
-                se = (sums[(f, "mc_var", agg)] / count ** 2).sqrt()
-            out[f] = ReadingMeans(true=got["true"], mc=got.get("mc"), mc_se=se,
-                                  main=got.get("main"), rms=got.get("rms"),
-                                  upper=got.get("upper"), individual=got.get("individual"))
-        return out
-
-    return PositionStudy(lengths=lens, n_grid=grid, vectors=vectors, per_octave=per_octave,
-                         samples=samples, mc_keys=mc_keys, windows=count,
-                         positions=[int((weights[i] > 0).sum()) if paper else 0
-                                    for i in range(len(lens))],
-                         means=means("paper") if paper else {}, last=means("last_row"),
-                         seconds=time.perf_counter() - started)
