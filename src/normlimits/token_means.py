@@ -194,6 +194,22 @@ class StudySpec:
             raise ValueError(f"max_windows must be >= 1 or None (got {self.max_windows})")
 
 
+def _blocks(rows: Tensor, size: int) -> list[slice]:
+    """Consecutive blocks of at most ``size`` of the sorted ``rows``, never spanning two octaves
+    ``[2^j - 1, 2^(j+1) - 1)`` of position: every row of a block is computed over the keys of its
+    longest row, so rows of similar length go together (with ``per_octave`` sampling a block of
+    one octave wastes at most half its work)."""
+    if size < 1:
+        raise ValueError(f"rows_per_call must be >= 1 (got {size})")
+    octave = torch.floor(torch.log2(rows.double() + 1)).long().tolist()
+    out, start = [], 0
+    for i in range(1, len(octave) + 1):
+        if i == len(octave) or octave[i] != octave[start] or i - start == size:
+            out.append(slice(start, i))
+            start = i
+    return out
+
+
 class _Accumulator:
     """Sums of one spec's per-row statistics, weighted into token-means and last rows."""
 
@@ -216,14 +232,13 @@ class _Accumulator:
         if lens[0] < 1 or lens[-1] > window:
             raise ValueError(f"lengths {lens} must lie in 1..{window} (the captured window); "
                              "capture a longer window or shrink the grid")
-        for p0 in range(0, self.rows.numel(), rows_per_call):
-            block = self.rows[p0:p0 + rows_per_call]
+        for cols in _blocks(self.rows, rows_per_call):
+            block = self.rows[cols]
             top = int(block.max()) + 1
             vals = row_statistics(cap.weights(block)[..., :top], x_all[..., :top, :], self.grid,
                                   lengths=block + 1, forms=self.forms, samples=spec.samples,
                                   mc_keys=spec.mc_keys, expectations=spec.expectations,
                                   generator=self.gen, chunk_elements=chunk_elements)
-            cols = slice(p0, p0 + rows_per_call)
             for f, by_stat in vals.items():
                 for st, v in by_stat.items():
                     v = v.double()
