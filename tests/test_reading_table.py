@@ -79,3 +79,13 @@ def test_choose_takes_the_first_reading_that_reproduces_and_else_the_primary():
     assert claims.claim("F2c").rule.grade(RT.claim_values(weighted, "F2c", False)) == "confirmed"
     with pytest.raises(ValueError, match="F2a"):
         RT.claim_values(primary, "T1a", paper_model=False)
+
+
+def test_reproducing_lists_every_passing_reading_in_order():
+    primary = _row(RT.Reading("scaled"), 20.0, 1.0, 0.1, None, 1.0)
+    raw = _row(RT.Reading("raw"), 1.02, 1.0, 1.0, 0.001, 1.0)
+    weighted = _row(RT.Reading("weighted"), 0.9, 0.9, 1.1, 0.06, 1.5)
+    assert RT.reproducing([primary, raw, weighted], "F2a", False) == [raw, weighted]
+    assert RT.reproducing([primary], "F2a", False) == []
+    with pytest.raises(ValueError, match="no reading rows"):
+        RT.choose([], "F2a", False)

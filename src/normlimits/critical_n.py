@@ -27,7 +27,7 @@ from .fits import loglog_fit, slope_through_origin
 from .token_means import PositionStudy, position_study
 
 __all__ = ["critical_grid", "KSResult", "ks_critical_n", "PowerFit", "fit_critical_n",
-           "CriticalN", "critical_n", "critical_n_search"]
+           "CriticalN", "critical_n", "critical_n_search", "critical_frame"]
 
 
 def critical_grid(length: int, dense_up_to: int = 16) -> list[int]:
@@ -206,3 +206,20 @@ def critical_n_search(captures: Iterable, lengths: Sequence[int], *, protocol: s
                            samples=samples if expectation == "mc" else 0, mc_keys=mc_keys,
                            seed=seed)
     return critical_n(study, expectation=expectation, aggregate=protocol, alphas=alphas)
+
+
+def critical_frame(searches: dict, alphas: Sequence[float] = KS_ALPHAS):
+    """A table of critical N per length: one column per (search label, alpha), "none below L"
+    where the test rejects at every N below L. ``searches``: ``{label: CriticalN}`` over the same
+    lengths."""
+    import pandas as pd
+
+    first = next(iter(searches.values()))
+    data = {}
+    for label, search in searches.items():
+        if search.lengths != first.lengths:
+            raise ValueError(f"search {label!r} has lengths {search.lengths}, not {first.lengths}")
+        for a in alphas:
+            data[f"{label}, α={a:g}"] = ["none below L" if c is None else c
+                                        for c in search.critical[float(a)]]
+    return pd.DataFrame(data, index=pd.Index(first.lengths, name="L"))

@@ -30,7 +30,7 @@ from .readings import FORMS, VECTORS
 from .token_means import PositionStudy
 
 __all__ = ["FORM_LABELS", "VECTOR_LABELS", "Reading", "readings_tried", "ReadingRow",
-           "reading_rows", "table_frame", "choose", "claim_values"]
+           "reading_rows", "table_frame", "reproducing", "choose", "claim_values"]
 
 FORM_LABELS = {"scaled": "Σ‖αᵢxᵢ − s‖", "raw": "Σ‖xᵢ − s‖", "weighted": "Σαᵢ‖xᵢ − s‖",
                "norm_of_sum": "‖Σαᵢxᵢ − s‖"}
@@ -155,18 +155,24 @@ def claim_values(row: ReadingRow, claim_id: str, paper_model: bool,
     return {**values, "paper_model": int(paper_model)}
 
 
-def choose(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool) -> ReadingRow:
-    """The first row (primary reading first) whose values pass every measured criterion of the
-    registered rule of ``claim_id``; the primary row when none does."""
+def reproducing(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool) -> list[ReadingRow]:
+    """The rows whose values pass every measured criterion of the registered rule of
+    ``claim_id`` (the readings under which the paper's panel comes out), in table order."""
     from .claims import claim
 
     rule = claim(claim_id).rule
     measured = [c.key for c in rule.criteria if c.kind == "measurement"]
-    for row in rows:
-        results = rule.results(claim_values(row, claim_id, paper_model))
-        if all(results[k] for k in measured):
-            return row
-    return rows[0]
+    return [row for row in rows
+            if all(rule.results(claim_values(row, claim_id, paper_model))[k] for k in measured)]
+
+
+def choose(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool) -> ReadingRow:
+    """The first reproducing row (:func:`reproducing`; primary reading first), or the primary
+    row when none reproduces."""
+    if not rows:
+        raise ValueError("no reading rows to choose from")
+    found = reproducing(rows, claim_id, paper_model)
+    return found[0] if found else rows[0]
 
 
 def _fmt_fraction(value) -> str:
