@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import sympy as sp
 import torch
+from hypothesis import given, settings, strategies as st
 
 from normlimits import distances as D
 from normlimits.theory import distances as T
@@ -143,49 +145,39 @@ def test_flat_gaussian_limits():
 
 
 def _flat_gaussian_case(L=1024, d=16, n=5, samples=256, seed=0):
-    from normlimits import readings as R
+    from normlimits.figure2 import flat_gaussian_case
 
-    g = torch.Generator().manual_seed(seed)
-    w = torch.full((1, L), 1.0 / L, dtype=torch.float64)
-    x = torch.randn(L, d, generator=g, dtype=torch.float64)
-    st = R.row_statistics(w, x, [n], samples=samples, expectations=("main", "rms", "upper"),
-                          generator=g)["scaled"]
-    S = float(st["individual"][0, 0])
-    T_norm = float((w @ x).norm())
-    return {k: float(v[0, 0]) for k, v in st.items()}, S, T_norm
+    return flat_gaussian_case(L=L, d=d, n=n, samples=samples, seed=seed)
 
 
 def test_counterexample_breaks_the_old_corollary_2i_statement():
     """Flat weights, Gaussian x, d = 16, N = 5, L = 1024: E/S is about sqrt(N + 1) = 2.45, while the
     old statement allowed E - S only O(N ||T||), here about 0.16 S. It fails even with constant 5;
-    the corrected statement (main <= E <= upper) holds."""
-    st, S, T_norm = _flat_gaussian_case()
-    E, se = st["mc"], math.sqrt(st["mc_var"])
-    assert 2.3 < E / S < 2.55 and se < 0.015 * E
-    assert N_T_ratio(T_norm, S) < 0.25
-    old_statement_holds = abs(E - S) <= 5 * 5 * T_norm
+    the corrected statement (main <= E <= upper) holds, and the main sum obeys the old one."""
+    fg = _flat_gaussian_case()
+    assert 2.3 < fg.ratio < 2.55 and fg.ratio_se < 0.015 * fg.ratio
+    assert fg.allowance < 0.25
+    old_statement_holds = abs(fg.ratio - 1) <= 5 * fg.allowance
     assert not old_statement_holds
-    assert st["main"] <= E + 5 * se and E <= st["upper"] + 5 * se
-    assert abs(st["main"] / S - 1) <= 5 * T_norm / S + 0.01     # the main sum does obey it
+    assert fg.main_ratio <= fg.ratio + 5 * fg.ratio_se and fg.ratio <= fg.upper_ratio + 5 * fg.ratio_se
+    assert abs(fg.main_ratio - 1) <= fg.allowance + 0.01           # the main sum does obey it
     ratio = float(T.flat_gaussian().ratio.subs({T.L: 1024, T.N: 5}))
-    assert abs(E / S - ratio) < 0.05 * ratio                      # d = 16: within 5% of the limit
+    assert ratio == pytest.approx(fg.limit)
+    assert abs(fg.ratio - ratio) < 0.05 * ratio                    # d = 16: within 5% of the limit
 
 
-def N_T_ratio(T_norm: float, S: float, n: int = 5) -> float:
-    return n * T_norm / S
-
-
-from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
 @settings(max_examples=80, deadline=None)
 @given(L=st.integers(3, 8), d=st.integers(1, 16), n=st.integers(1, 6), seed=st.integers(0, 10 ** 6),
        flat=st.booleans())
 def test_corrected_corollary_2i_holds_on_flat_and_random_rows(L, d, n, seed, flat):
-    """main <= E <= min((L-N)(N+1)/L S, (L-N)/L sqrt(L R2)), E by enumeration of every subset."""
+    """The corrected Corollary 2(i) on exactly enumerated rows: (1) the main sum within
+    (L-N)/L ((1+c) S -+ c L ||T||); (2) main <= E <= min((L-N)(N+1)/L S, (L-N)/L sqrt(L R2))."""
     from normlimits import readings as R
+    from normlimits.figure2 import corrected_violations
 
-    n = min(n, L)
+    n = min(n, L - 1)
     g = torch.Generator().manual_seed(seed)
     logits = torch.zeros(L, dtype=torch.float64) if flat else torch.randn(L, generator=g, dtype=torch.float64) * 2
     w = torch.softmax(logits, -1)
@@ -195,6 +187,22 @@ def test_corrected_corollary_2i_holds_on_flat_and_random_rows(L, d, n, seed, fla
     tol = 1e-9 * (1 + exact)
     assert float(got["main"]) <= exact + tol
     assert exact <= float(got["upper"]) + tol
+    S, T_norm, c = float(got["individual"]), float((w @ x).norm()), n / (L - 1)
+    keep = (L - n) / L
+    assert keep * ((1 + c) * S - c * L * T_norm) - tol <= float(got["main"])
+    assert float(got["main"]) <= keep * ((1 + c) * S + c * L * T_norm) + tol
+    assert corrected_violations(w[None], x, n, torch.tensor([exact], dtype=torch.float64)) == 0
+
+
+def test_corrected_violations_counts_a_broken_row():
+    from normlimits.figure2 import corrected_violations
+
+    w = torch.softmax(torch.randn(1, 6, dtype=torch.float64), -1)
+    x = torch.randn(6, 3, dtype=torch.float64)
+    exact = D.enumerated_expectation(w[0], x, 2)
+    assert corrected_violations(w, x, 2, exact[None]) == 0
+    assert corrected_violations(w, x, 2, 10 * exact[None] + 10) == 1      # above the cap
+    assert corrected_violations(w, x, 2, 0 * exact[None]) == 1            # below the main sum
 
 
 @settings(max_examples=15, deadline=None)
@@ -203,8 +211,8 @@ def test_corrected_corollary_2i_holds_on_flat_and_random_rows(L, d, n, seed, fla
 def test_corrected_corollary_2i_on_long_flat_gaussian_rows(L, d, n, seed):
     """On the counterexample's family at long L (Monte Carlo): E stays in [main, upper], and E/S
     stays near sqrt(N+1) (L-N)/L, far from the old statement's 1 + O(N/sqrt(L))."""
-    st_, S, T_norm = _flat_gaussian_case(L=L, d=d, n=n, samples=32, seed=seed)
-    E, se = st_["mc"], math.sqrt(st_["mc_var"])
-    assert st_["main"] <= E + 5 * se + 1e-12 and E <= st_["upper"] + 5 * se
+    fg = _flat_gaussian_case(L=L, d=d, n=n, samples=32, seed=seed)
+    assert fg.main_ratio <= fg.ratio + 5 * fg.ratio_se + 1e-12
+    assert fg.ratio <= fg.upper_ratio + 5 * fg.ratio_se
     if n >= 3 and d >= 16:
-        assert E / S > 1 + 0.5 * (math.sqrt(n + 1) - 1)
+        assert fg.ratio > 1 + 0.5 * (math.sqrt(n + 1) - 1)

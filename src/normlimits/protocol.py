@@ -85,7 +85,7 @@ CRITICAL_FRACTION = 0.06
 POSITIONS_PER_OCTAVE = 16
 #: book: Monte Carlo draws of a uniform N-subset per query row, and the keys each draw sums over
 #: (drawn with replacement: an unbiased estimate with its standard error)
-MC_DRAWS = 2
+MC_DRAWS = 4
 MC_KEYS = 64
 #: book: windows averaged by the reading table's studies on vectors other than the value vectors
 READING_TABLE_WINDOWS = 2

@@ -186,12 +186,11 @@ def table_frame(rows: Sequence[ReadingRow], alphas: Sequence[float] = KS_ALPHAS)
     data = []
     for row in rows:
         r = row.reading
-        line = {"reading of Eq. (7)": FORM_LABELS[r.form], "x": VECTOR_LABELS[r.vectors],
-                "positions": AGGREGATE_LABELS[r.aggregate], "𝔼": EXPECTATION_LABELS[r.expectation],
+        line = {"reading": f"{FORM_LABELS[r.form]}, {VECTOR_LABELS[r.vectors]}",
+                "protocol": f"{AGGREGATE_LABELS[r.aggregate]}, {EXPECTATION_LABELS[r.expectation]}",
                 f"true/𝔼 (N={row.n})": round(row.ratio, 3),
-                "exponents true, 𝔼": f"{row.exp_true:.2f}, {row.exp_expected:.2f}"}
+                "exponents (true, 𝔼)": f"{row.exp_true:.2f}, {row.exp_expected:.2f}"}
         for a in alphas:
             line[f"critical N/L (α={a:g})"] = _fmt_fraction(row.fraction[a])
-        line["windows"] = row.windows
         data.append(line)
     return pd.DataFrame(data)
