@@ -18,7 +18,8 @@ from typing import NamedTuple
 __all__ = [
     "PAPER_MODEL", "PAPER_HEADS", "PAPER_PARAMETERS", "MAX_LENGTH", "length_grid",
     "half_octave_grid", "FIXED_N", "TOP_N_GRID", "KS_ALPHA_TEXT", "KS_ALPHA_ALGORITHM",
-    "KS_ALPHAS", "CRITICAL_FRACTION", "SEPARABILITY_N_GRID", "SEPARABILITY_KNEE",
+    "KS_ALPHAS", "CRITICAL_FRACTION", "POSITIONS_PER_OCTAVE", "MC_DRAWS", "MC_KEYS",
+    "READING_TABLE_WINDOWS", "SEPARABILITY_N_GRID", "SEPARABILITY_KNEE",
     "SEPARABILITY_PLATEAU", "SEPARABILITY_MONITOR_BAND", "MULTIHEAD_P", "MULTIHEAD_H",
     "MULTIHEAD_COVERAGE", "EPSILONS", "TEMPERATURE_RANGE", "TEMPERATURES_PER_DECADE",
     "SHARP_T", "HIGH_T", "G_DROP_ORDERS", "LINEAR_EXPONENT_BAND", "JACOBIAN_ROWS",
@@ -78,6 +79,16 @@ KS_ALPHAS = (KS_ALPHA_TEXT, KS_ALPHA_ALGORITHM)
 #: paper, Section 3.1 and guideline 1: "critical N grows ... (approximately 0.06 L)",
 #: "fewer than 6% of the tokens"
 CRITICAL_FRACTION = 0.06
+#: book: the paper's protocol for Fig. 2 averages over every query position; the critical-N
+#: search and the reading table use this many positions per octave of t (a stratified sample
+#: whose error the distances chapter measures against every position)
+POSITIONS_PER_OCTAVE = 16
+#: book: Monte Carlo draws of a uniform N-subset per query row, and the keys each draw sums over
+#: (drawn with replacement: an unbiased estimate with its standard error)
+MC_DRAWS = 4
+MC_KEYS = 64
+#: book: windows averaged by the reading table's studies on vectors other than the value vectors
+READING_TABLE_WINDOWS = 2
 #: book: a fitted log-log exponent counts as "linear" inside this band (used for Fig. 2a's
 #: "grow roughly linearly" and Fig. 2c's "approximately 0.06 L")
 LINEAR_EXPONENT_BAND = (0.8, 1.2)
