@@ -208,3 +208,32 @@ def test_multihead_summary():
     assert torch.all(summ["coverage"] >= summ["p"] - 1e-12)
     with pytest.raises(ValueError, match="head sets"):
         C.multihead_summary(sw, 1)
+
+
+def test_figure3_statistics_and_protocols():
+    grid = np.array([1, 2, 4, 8, 16, 32, 64, 128])
+    x = np.log2(grid)
+    heads = np.stack([np.where(x < 4, 0.8 + 0.05 * (4 - x), 0.8) + d for d in (-0.05, 0.0, 0.05)])
+    heads[:, 0] = 1.0
+    bound = heads.max(0)[None].repeat(3, 0) + 0.02
+    st = C.figure3_statistics(grid, heads, bound, 0.02)
+    assert st["knee"] == 16 and abs(st["slope_after"]) < 1e-9 and math.isclose(st["level"], 0.8)
+    assert math.isclose(st["tracks"], 0.02) and st["flattening"] < 1e-6
+    assert C.largest_after(grid, heads, 16) == pytest.approx(0.85)
+    sw = SW.separability_sweep([fake_capture(30)], [1, 2, 4, 6, 8, 12], detail_rows=[19, 29, 39],
+                               subsets={"spaced": [19, 29, 39], "last": [39]})
+    by = C.figure3_by_protocol(sw, 0.02)
+    assert list(by) == ["every query position (paper)", "3 spaced rows", "last row only"]
+    assert sw.subsets["last"]["rows"] == 1
+    assert all(set(C.F3_KEYS) <= set(v) for v in by.values())
+
+
+def test_multihead_statistics_numbers():
+    sw = SW.separability_sweep([fake_capture(31), fake_capture(32)], GRID, head_sets=(2, None))
+    st = C.multihead_statistics(sw, 2, knee=4, tokens=4000)
+    tab = st["table"]
+    sel = sw.n_grid >= 4
+    assert st["jensen"] <= 1e-12 and st["gap"] >= -1e-12
+    assert math.isclose(st["rate_ratio"], float(tab["other_rate"][sel].mean() / tab["p"][sel].mean()))
+    assert math.isclose(st["dependence"], float((tab["coverage"] - tab["null"])[sel].abs().max()))
+    assert st["bernoulli"] < 0.05

@@ -14,7 +14,7 @@ from .multihead import independent_copies
 
 __all__ = ["Plateau", "plateau", "head_plateaus", "spearman", "monitor_statistics",
            "temperature_trend", "multihead_summary", "curve_statistic", "figure3_statistics",
-           "largest_after", "multihead_statistics"]
+           "largest_after", "multihead_statistics", "F3_KEYS", "figure3_by_protocol"]
 
 
 @dataclass
@@ -216,3 +216,26 @@ def multihead_statistics(sweep, heads: int, knee: int, tokens: int = 20_000, see
             "gap": float((summ["formula"] - summ["copies"])[sel].max()),
             "bernoulli": float((sampled - summ["formula"])[sel].abs().max()),
             "jensen": float(torch.nan_to_num(copies - formula, nan=-1.0).max())}
+
+
+#: the numbers Figure 3's rule (claim F3) reads from :func:`figure3_statistics`
+F3_KEYS = ("slope_after", "knee", "level", "tracks", "flattening")
+
+
+def figure3_by_protocol(sweep, tolerance: float) -> dict:
+    """:func:`figure3_statistics` of the value vectors under each row protocol the sweep measured:
+    ``"every query position (paper)"`` (its ``values`` rows), ``"<n> spaced rows"`` (subset
+    ``spaced``) and ``"last row only"`` (subset ``last``), as far as the sweep has them."""
+    def per_head(t):
+        return t.reshape(-1, t.shape[-1]).numpy()
+
+    out = {"every query position (paper)": figure3_statistics(
+        sweep.n_grid, per_head(sweep.fraction["values"]), per_head(sweep.upper_exponential["values"]),
+        tolerance)}
+    for sub in ("spaced", "last"):
+        s = sweep.subsets.get(sub, {})
+        if "upper_exponential" in s:
+            name = f"{s['rows']} spaced rows" if sub == "spaced" else "last row only"
+            out[name] = figure3_statistics(sweep.n_grid, per_head(s["fraction"]),
+                                           per_head(s["upper_exponential"]), tolerance)
+    return out

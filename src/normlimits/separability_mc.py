@@ -14,7 +14,7 @@ from .separability import min_pairwise_distance
 from .separability_bounds import separation_failure_bound, theorem2_bounds
 
 __all__ = ["sample_sphere", "sample_separated", "counted_inside", "MonteCarlo",
-           "monte_carlo_curve", "monte_carlo_fraction", "monte_carlo_check",
+           "monte_carlo_curve", "monte_carlo_fraction", "monte_carlo_check", "monte_carlo_checks",
            "softmax_top_weights", "mean_spread", "check_table"]
 
 
@@ -100,14 +100,15 @@ def monte_carlo_fraction(weights, radius: float, dim: int, *, n_samples: int = 2
     return MonteCarlo(mean=float(mean[0]), stderr=float(se[0]), samples=n_samples, acceptance=acc)
 
 
-def monte_carlo_check(weights, radius: float, dim: int, *, sphere_radius: float = 1.0,
-                      delta: float | None = None, n_samples: int = 4000, seed: int = 0,
-                      z: float = 4.0) -> dict:
-    """One Monte Carlo test of the theorem: the estimate against the bounds for sorted ``weights``.
+def monte_carlo_checks(weights, radii, dim: int, *, sphere_radius: float = 1.0,
+                       delta: float | None = None, n_samples: int = 4000, seed: int = 0,
+                       z: float = 4.0) -> list[dict]:
+    """Monte Carlo tests of the theorem at several radii from ONE set of samples: the estimate
+    against the bounds for sorted ``weights``, one flat dict (table row) per radius.
 
     Under rejection (``delta`` given) the bounds carry the failure bound eta of
     :func:`separation_failure_bound` and the sure bound. ``ok`` is True when
-    ``lower - z se <= mean <= upper + z se``. Returns a flat dict (one table row).
+    ``lower - z se <= mean <= upper + z se``.
     """
     a = torch.as_tensor(weights, dtype=torch.float64)
     n = a.numel()
@@ -115,16 +116,24 @@ def monte_carlo_check(weights, radius: float, dim: int, *, sphere_radius: float 
     if eta >= 1.0:
         raise ValueError(f"the union bound gives eta = {eta:.3f} >= 1 for N = {n}, d = {dim}, "
                          f"delta = {delta}: choose a smaller delta.")
-    mc = monte_carlo_fraction(a, radius, dim, n_samples=n_samples, sphere_radius=sphere_radius,
-                              delta=delta, seed=seed)
-    b = theorem2_bounds(a, [n], radius, sphere_radius=sphere_radius, dim=dim, delta=delta,
+    r = torch.as_tensor(radii, dtype=torch.float64).flatten()
+    mean, se, acc = monte_carlo_curve(a, r, dim, n_samples=n_samples, sphere_radius=sphere_radius,
+                                      delta=delta, seed=seed)
+    b = theorem2_bounds(a, [n], r[:, None], sphere_radius=sphere_radius, dim=dim, delta=delta,
                         failure=eta)
-    lower, upper = float(b.lower[0]), float(b.upper[0])
-    return {"N": n, "d": dim, "r": float(radius), "delta": delta, "eta": eta,
-            "lower": lower, "lower_markov": float(b.lower_markov[0]), "mc": mc.mean,
-            "se": mc.stderr, "upper": upper, "upper_exponential": float(b.upper_exponential[0]),
-            "acceptance": mc.acceptance,
-            "ok": lower - z * mc.stderr <= mc.mean <= upper + z * mc.stderr}
+    rows = []
+    for i in range(r.numel()):
+        lower, upper, m, s = float(b.lower[i, 0]), float(b.upper[i, 0]), float(mean[i]), float(se[i])
+        rows.append({"N": n, "d": dim, "r": float(r[i]), "delta": delta, "eta": eta, "lower": lower,
+                     "lower_markov": float(b.lower_markov[i, 0]), "mc": m, "se": s, "upper": upper,
+                     "upper_exponential": float(b.upper_exponential[i, 0]), "acceptance": acc,
+                     "ok": lower - z * s <= m <= upper + z * s})
+    return rows
+
+
+def monte_carlo_check(weights, radius: float, dim: int, **kwargs) -> dict:
+    """One Monte Carlo test of the theorem at one radius (:func:`monte_carlo_checks`)."""
+    return monte_carlo_checks(weights, [radius], dim, **kwargs)[0]
 
 
 def softmax_top_weights(n: int, sigma: float, seed: int, keys: int = 256) -> Tensor:
@@ -149,26 +158,20 @@ def check_table(*, sizes=(4, 16, 64), sigmas=(1.0, 3.0), dims=(8, 64),
                 separated_factors=(0.8, 1.0, 1.25), sphere_radius: float = 1.0,
                 n_samples: int = 4000) -> list[dict]:
     """Theorem 2 under its assumptions over a grid of configurations, one
-    :func:`monte_carlo_check` row each (plus ``sigma`` and ``r / xi``, the radius in units of
+    :func:`monte_carlo_checks` row each (plus ``sigma`` and ``r / xi``, the radius in units of
     :func:`mean_spread`): every N of ``sizes`` x logit scale x dimension x radius factor with
-    uniform points, then ``(N, d, delta)`` of ``separated`` drawn by rejection (logit scale 1)."""
+    uniform points, then ``(N, d, delta)`` of ``separated`` drawn by rejection (logit scale 1).
+    One set of samples serves every radius of a configuration."""
     rows, seed = [], 0
-    for n in sizes:
-        for sigma in sigmas:
-            a = softmax_top_weights(n, sigma, seed)
-            xi = mean_spread(a, sphere_radius)
-            for dim in dims:
-                for factor in factors:
-                    seed += 1
-                    row = monte_carlo_check(a, factor * xi, dim, sphere_radius=sphere_radius,
-                                            seed=seed, n_samples=n_samples)
-                    rows.append({**row, "sigma": sigma, "r / xi": factor})
-    for n, dim, delta in separated:
-        a = softmax_top_weights(n, 1.0, 99)
+    plan = [(n, sigma, dim, None, factors, seed_w) for seed_w, (n, sigma) in
+            enumerate((n, sigma) for n in sizes for sigma in sigmas) for dim in dims]
+    plan += [(n, 1.0, dim, delta, separated_factors, 99) for n, dim, delta in separated]
+    for n, sigma, dim, delta, radius_factors, seed_w in plan:
+        a = softmax_top_weights(n, sigma, seed_w)
         xi = mean_spread(a, sphere_radius)
-        for factor in separated_factors:
-            seed += 1
-            row = monte_carlo_check(a, factor * xi, dim, sphere_radius=sphere_radius, delta=delta,
-                                    seed=seed, n_samples=n_samples)
-            rows.append({**row, "sigma": 1.0, "r / xi": factor})
+        seed += 1
+        checks = monte_carlo_checks(a, [f * xi for f in radius_factors], dim,
+                                    sphere_radius=sphere_radius, delta=delta, seed=seed,
+                                    n_samples=n_samples)
+        rows += [{**row, "sigma": sigma, "r / xi": f} for row, f in zip(checks, radius_factors)]
     return rows

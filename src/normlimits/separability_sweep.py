@@ -121,7 +121,8 @@ class SeparabilitySweep:
     - ``sure_violations[kind]``: (row, N) pairs where N_s/N fell below the sure bound (it is a
       theorem for every row: must be 0), ``rows_checked[kind]`` how many were checked;
     - ``subsets[name]``: for ``values``, {"fraction", "stderr", "upper", "upper_exponential"}
-      over the named subset of the rows (the bounds over its rows among the detail rows);
+      over the named subset of the rows (the bounds over its rows among the detail rows), and
+      ``"rows"``, how many rows the subset has;
     - ``entropy``: [layers, heads] mean over rows t >= 1 of the row's attention entropy over
       ``log(t + 1)`` (1 = uniform over the visible keys);
     - ``temperature[T]``: N_s/N of ``values`` at softmax temperature T (rows
@@ -384,6 +385,8 @@ def separability_sweep(captures: Iterable, n_grid, *, kinds=("values",), rows=No
             out.entropy = moments.mean((name, key))[..., 0]
         elif name == "temperature":
             out.temperature[key] = moments.mean((name, key))
+    for name, idx in sub_idx.items():
+        out.subsets.setdefault(name, {})["rows"] = int(idx.numel())
     for (name, kind), stacks in per_window.items():
         getattr(out, name)[kind] = torch.stack(stacks)  # [W, layers, H]
     out.underflow = {t: (a / b if b else float("nan")) for t, (a, b) in underflow.items()}
