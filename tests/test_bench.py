@@ -236,7 +236,7 @@ def test_results_equal_the_functions_called_directly(small_run):
     direct_g = jacobian.sensitivity_profile((c.logits(rows) for c in iter_captures(loaded, windows)),
                                             cfg.temperatures, cfg.epsilons, seed=0)
     assert torch.equal(direct_g.g, result.results["gradient"].g)
-    from normlimits.separability import separability_sweep
+    from normlimits.separability_sweep import separability_sweep
 
     direct_s = separability_sweep(iter_captures(loaded, windows), cfg.separability_grid,
                                   kinds=("values",), rows=None, bounds=True)

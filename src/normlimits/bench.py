@@ -121,7 +121,7 @@ class BenchConfig:
       (None: every position, as the paper; the separability chapter measures how little the
       subsample changes), value vectors projected to the unit sphere, the empirical minimum
       separation delta and the Theorem 2 bounds
-      (:func:`normlimits.separability.separability_sweep`);
+      (:func:`normlimits.separability_sweep.separability_sweep`);
     - gradient sensitivity (Alg. 5, Fig. 4): g(T, eps) over :attr:`temperatures` (1e-3..1e2, four
       a decade) and ``epsilons``, plus the exact Jacobian norms, at the same query rows
       (:func:`normlimits.jacobian.sensitivity_profile`).
@@ -213,7 +213,7 @@ def _critical_n(captures, cfg: BenchConfig):
 
 
 def _separability(captures, cfg: BenchConfig):
-    from .separability import separability_sweep
+    from .separability_sweep import separability_sweep
 
     return separability_sweep(captures, cfg.separability_grid, kinds=("values",),
                               rows=cfg.separability_rows, bounds=True)

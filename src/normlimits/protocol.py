@@ -23,7 +23,9 @@ __all__ = [
     "SEPARABILITY_PLATEAU", "SEPARABILITY_MONITOR_BAND", "MULTIHEAD_P", "MULTIHEAD_H",
     "MULTIHEAD_COVERAGE", "EPSILONS", "TEMPERATURE_RANGE", "TEMPERATURES_PER_DECADE",
     "SHARP_T", "HIGH_T", "G_DROP_ORDERS", "LINEAR_EXPONENT_BAND", "JACOBIAN_ROWS",
-    "SEPARABILITY_SPACED_ROWS", "PAPER_TABLE1", "PaperTime", "CHAPTER_BUDGET_SECONDS",
+    "SEPARABILITY_SPACED_ROWS", "SEPARABILITY_SENSITIVITY_ROWS", "SEPARABILITY_HIDDEN_ROWS",
+    "SEPARABILITY_FLAT_SLOPE", "SEPARABILITY_TEMPERATURES", "SEPARABILITY_TEMPERATURE_ROWS",
+    "PAPER_TABLE1", "PaperTime", "CHAPTER_BUDGET_SECONDS",
 ]
 
 # ------------------------------------------------------------------------------- model and data
@@ -106,9 +108,24 @@ SEPARABILITY_MONITOR_BAND = (0.70, 0.80)
 MULTIHEAD_P = 0.8
 MULTIHEAD_H = 3
 MULTIHEAD_COVERAGE = 0.99
-#: book: query rows per window for the bench's separability workload (the chapter measures the
-#: error of this subsample against every row)
+#: book: query rows per window for the bench's separability workload, and for the chapter's
+#: plug-in bounds and multi-head measurements; the chapter measures the error of this subsample
+#: against every row
 SEPARABILITY_SPACED_ROWS = 128
+#: book: query rows per window for the chapter's sensitivity analyses on the raw value vectors
+#: and on uniform points (each costs what the value vectors cost per row); the chapter states the
+#: standard error this sample leaves on each head's mean
+SEPARABILITY_SENSITIVITY_ROWS = 64
+#: book: query rows per window for the 768-dimensional hidden states at GPT-2's size (per row
+#: about 3 times the value vectors' cost even through their Gram matrix); the chapter states the
+#: standard error this sample leaves on each head's mean
+SEPARABILITY_HIDDEN_ROWS = 32
+#: book: a decline of N_s/N counts as stopped when its slope per doubling of N is within this of 0
+SEPARABILITY_FLAT_SLOPE = 0.02
+#: book: softmax temperatures for "a smaller T separates tokens better" (paper, Sec. 2.3; the
+#: model's own logits, T = 1 is the model), measured on SEPARABILITY_TEMPERATURE_ROWS spaced rows
+SEPARABILITY_TEMPERATURES = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+SEPARABILITY_TEMPERATURE_ROWS = 16
 
 # ------------------------------------------------------------- gradients (Section 3.3, Fig. 4)
 #: paper, Section 3.3: epsilon in {1e-3, 1e-1, 10}
