@@ -26,6 +26,12 @@ __all__ = [
     "SEPARABILITY_SPACED_ROWS", "SEPARABILITY_SENSITIVITY_ROWS", "SEPARABILITY_HIDDEN_ROWS",
     "SEPARABILITY_FLAT_SLOPE", "SEPARABILITY_TEMPERATURES", "SEPARABILITY_TEMPERATURE_ROWS",
     "PAPER_TABLE1", "PaperTime", "CHAPTER_BUDGET_SECONDS",
+    "ALT_FLAT_EXPONENT", "ALT_EXPONENT_GAIN", "ALT_SEPARABILITY_MARGIN", "ALT_DECOUPLING_FACTOR",
+    "ALT_KS_ALPHA", "ALT_GAMMA_FACTORS", "ALT_GAMMA_REGIME", "ALT_SINK_LOGITS", "ALT_ROWS",
+    "ALT_JACOBIAN_ROWS", "ALT_JACOBIAN_WINDOWS", "ALT_LANCZOS_STEPS", "ALT_SWEEP_WINDOWS",
+    "ALT_SYNTHETIC_TRIALS",
+    "REMOVAL_TOLERANCES", "REMOVAL_TOLERANCE", "REMOVAL_LENGTHS", "REMOVAL_TARGETS",
+    "REMOVAL_WINDOWS", "REMOVAL_EXPONENT_BAND", "REMOVAL_RENORM_FACTOR", "REMOVAL_PREDICT_FACTOR",
 ]
 
 # ------------------------------------------------------------------------------- model and data
@@ -142,6 +148,57 @@ G_DROP_ORDERS = 2.0
 #: book: query rows per window for the Jacobian measurements
 JACOBIAN_ROWS = 64
 
+
+# ------------------------------------------------------- alternatives (Section 4, Discussion)
+#: book: a normaliser "escapes" vanishing attention when its median head's largest weight falls
+#: no faster than L^-0.1 over L = 32..1024 ...
+ALT_FLAT_EXPONENT = -0.1
+#: book: ... and "slows" it when its exponent exceeds softmax's by at least 0.1
+ALT_EXPONENT_GAIN = 0.1
+#: book: N_s/N counts as higher than softmax's at an N when it exceeds it by this margin
+ALT_SEPARABILITY_MARGIN = 0.02
+#: book: "less gradient at equal selectivity" = at most this fraction of softmax's Jacobian norm
+#: (2 is the factor between softmax's and sparsemax's worst cases)
+ALT_DECOUPLING_FACTOR = 0.5
+#: paper, Section 3.1: the KS level of Figure 2c, used for every normaliser's critical N
+ALT_KS_ALPHA = KS_ALPHA_TEXT
+#: book: SSMax's scale gamma swept at these multiples of the critical value (arXiv 2510.05554)
+ALT_GAMMA_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
+#: book: a phase transition at the critical gamma shows as a mean largest weight (L = 1024) of
+#: at most the first number at half the critical gamma and at least the second at twice it
+ALT_GAMMA_REGIME = (0.25, 0.75)
+#: book: the sink logits b of the sweep (b = 0 is softmax_1)
+ALT_SINK_LOGITS = (-4.0, -2.0, 0.0, 2.0, 4.0, 8.0)
+#: book: the alternatives chapter's sampling (it measures 13 normalisers and two sweeps within
+#: its budget): query rows per window for distance and separability, rows and windows for the
+#: Jacobian (the costly yardstick), Lanczos steps for norms without a closed form, windows of the
+#: SSMax and sink sweeps, synthetic rows per length
+ALT_ROWS = 8
+ALT_JACOBIAN_ROWS = 4
+ALT_JACOBIAN_WINDOWS = 1
+ALT_LANCZOS_STEPS = 16
+ALT_SWEEP_WINDOWS = 2
+ALT_SYNTHETIC_TRIALS = 128
+
+# --------------------------------------------- tokens removed (the follow-up, arXiv 2609.37879)
+#: book: loss tolerances tau for the effective set size N*_tau, nats per token (the follow-up's
+#: tau is not recovered); the first is the one the verdicts rest on
+REMOVAL_TOLERANCES = (0.05, 0.01)
+REMOVAL_TOLERANCE = REMOVAL_TOLERANCES[0]
+#: book: context lengths of the removal experiment (the same targets at every length)
+REMOVAL_LENGTHS = (128, 256, 512, 1024)
+#: book: prediction targets per window (the last ones, the same tokens at every length)
+REMOVAL_TARGETS = 64
+#: book: windows of the removal experiment (each costs one forward pass per N, mode and length)
+REMOVAL_WINDOWS = 2
+#: book: "grows with the context while its fraction falls": the exponent of N*_tau against L
+#: lies in this band
+REMOVAL_EXPONENT_BAND = (0.1, 0.9)
+#: book: renormalising "substantially" reduces N*_tau: the median ratio is at most this
+REMOVAL_RENORM_FACTOR = 0.5
+#: book: the critical N of Figure 2c "predicts" N*_tau when they agree within this factor
+#: (median over lengths of |log2(N*_tau / critical N)| <= log2 of it)
+REMOVAL_PREDICT_FACTOR = 2.0
 
 # ------------------------------------------------------------------------- Table 1 (Appendix B)
 class PaperTime(NamedTuple):
