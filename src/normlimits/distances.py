@@ -57,6 +57,7 @@ from torch import Tensor
 
 from .critical_n import ks_critical_n  # noqa: F401  (re-exported: the KS test lives there)
 from .selection import top_n
+from .validation import finite_vectors, finite_weights
 
 __all__ = [
     "DistanceProfile",
@@ -136,6 +137,8 @@ def _prepare(weights: Tensor, values: Tensor, n_grid, lengths):
     if values.shape[-2] != L:
         raise ValueError(f"weights have {L} keys but values have {values.shape[-2]}; both must "
                          "cover the same keys (truncate both to the longest visible length)")
+    finite_weights(weights)
+    finite_vectors(values)
     lead = torch.broadcast_shapes(weights.shape[:-2], values.shape[:-2])
     R, d = weights.shape[-2], values.shape[-1]
     dtype = torch.promote_types(weights.dtype, values.dtype)

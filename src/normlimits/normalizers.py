@@ -45,6 +45,8 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
+from .validation import attention_logits
+
 __all__ = [
     "check_temperature",
     "softmax_with_temperature",
@@ -87,6 +89,9 @@ def check_temperature(temperature: float) -> float:
     if not t > 0:
         raise ValueError(f"temperature T must be > 0 (got {temperature!r}); "
                          "softmax(l/T) is undefined for T <= 0. Pass a positive T.")
+    if math.isinf(t):
+        raise ValueError("temperature T = inf is a limit, not a temperature: softmax(l/T) tends "
+                         "to the uniform distribution over the visible keys. Pass a finite T.")
     return t
 
 
@@ -94,8 +99,17 @@ def softmax_with_temperature(logits: Tensor, dim: int = -1, temperature: float =
     """Softmax at temperature T (paper Eq. 2): ``exp(l_i/T) / sum_j exp(l_j/T)``.
 
     Shapes: ``logits`` [..., L, ...]; output the same shape, rows along ``dim`` sum to 1.
+
+    The logits are shifted by their row maximum *before* the division, so a tiny T (1e-50) gives
+    the arg-max row (ties share the weight) instead of ``inf - inf = NaN``; masked keys are
+    ``-inf``; NaN or ``+inf`` logits are refused.
     """
-    return torch.softmax(logits / check_temperature(temperature), dim=dim)
+    t = check_temperature(temperature)
+    attention_logits(logits.movedim(dim, -1))
+    shifted = logits - logits.amax(dim=dim, keepdim=True)
+    # the row maximum stays 0 even where T underflows the dtype (1e-50 is 0 in float32: 0/0)
+    scaled = torch.where(shifted == 0, torch.zeros_like(shifted), shifted / t)
+    return torch.softmax(scaled, dim=dim)
 
 
 def general_normalizer(logits: Tensor, positive_map: Callable[[Tensor], Tensor],
@@ -106,8 +120,14 @@ def general_normalizer(logits: Tensor, positive_map: Callable[[Tensor], Tensor],
     masked keys (``-inf`` logits) get weight 0 whatever F returns there.
     Shapes: ``logits`` [..., L, ...]; output the same shape.
     """
+    attention_logits(logits.movedim(dim, -1))
     finite = torch.isfinite(logits)
     values = positive_map(torch.where(finite, logits, torch.zeros_like(logits)))
+    if not bool(torch.isfinite(values[finite]).all()):
+        worst = float(logits[finite][~torch.isfinite(values[finite])].abs().max())
+        raise ValueError(f"the map F overflowed (F(l) is not finite at a logit of magnitude "
+                         f"{worst:.3g}); for F = exp use softmax_with_temperature, which shifts "
+                         "by the row maximum, or rescale the logits.")
     if bool((values[finite] <= 0).any()):
         raise ValueError("the map F must be positive on every finite logit (Lemma 1's assumption)")
     values = torch.where(finite, values, torch.zeros_like(values))

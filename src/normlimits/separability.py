@@ -50,6 +50,7 @@ import torch
 from torch import Tensor
 
 from .protocol import SEPARABILITY_SPACED_ROWS
+from .validation import finite_vectors, finite_weights
 
 __all__ = [
     "SeparabilityResult",
@@ -256,7 +257,7 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
 
     Args:
         weights: [*batch, R, L] attention weights (rows of a softmax; masked keys may hold any
-            value, they are ignored when ``causal``).
+            finite value, they are ignored when ``causal``).
         vectors: [*vbatch, L, d] the x_j per key, ``vbatch`` broadcastable to ``batch`` (e.g.
             values [layers, heads, L, d], or hidden states [layers, 1, L, d] shared by the heads).
         n_grid: the top-N sizes, each in 1..L-1.
@@ -279,6 +280,8 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
     """
     if weights.dim() < 2 or vectors.dim() < 2:
         raise ValueError("weights must be [..., R, L] and vectors [..., L, d].")
+    finite_weights(weights)
+    finite_vectors(vectors, argument="vectors")
     *batch, n_rows, length = weights.shape
     if vectors.shape[-2] != length:
         raise ValueError(f"weights have {length} keys but vectors have {vectors.shape[-2]}.")

@@ -75,3 +75,45 @@ def token_ids(ids, *, vocab_size: int, max_positions: int, argument: str = "ids"
                              f"(size {vocab_size}, ids 0..{vocab_size - 1}); encode text with "
                              "the model's own tokenizer (loaded.encode).")
     return tensor
+
+
+def finite_weights(weights: Tensor, *, argument: str = "weights") -> Tensor:
+    """Refuse attention weights with NaN, infinite or negative entries (shape unchanged).
+
+    Such weights come from a failed normalisation upstream (a NaN logit, an overflowed ``exp``);
+    every statistic computed from them would be NaN or meaningless, so they are refused here
+    rather than spread through a profile.
+    """
+    if not bool(torch.isfinite(weights).all()):
+        bad = int((~torch.isfinite(weights)).sum())
+        raise InputError(f"{argument} has {bad} NaN or infinite entries; attention weights must "
+                         "be finite rows of a normaliser. Check the logits and the normaliser "
+                         "that produced them (a NaN logit or an overflowed exp).")
+    if bool((weights < 0).any()):
+        raise InputError(f"{argument} has negative entries (min {float(weights.min()):.3g}); "
+                         "attention weights are non-negative. Pass the normaliser's output.")
+    return weights
+
+
+def finite_vectors(vectors: Tensor, *, argument: str = "values") -> Tensor:
+    """Refuse vectors with NaN or infinite entries (shape unchanged)."""
+    if not bool(torch.isfinite(vectors).all()):
+        bad = int((~torch.isfinite(vectors)).sum())
+        raise InputError(f"{argument} has {bad} NaN or infinite entries; the distances of the "
+                         "selected tokens' representation need finite vectors. Check the capture.")
+    return vectors
+
+
+def attention_logits(logits: Tensor, *, argument: str = "logits") -> Tensor:
+    """Refuse logits with NaN or ``+inf`` entries; ``-inf`` is a masked key (shape unchanged).
+
+    Every row along the last dimension needs at least one visible (finite) logit.
+    """
+    if bool(torch.isnan(logits).any()) or bool(torch.isposinf(logits).any()):
+        raise InputError(f"{argument} has NaN or +inf entries; logits must be finite, or -inf "
+                         "for a masked key (a NaN is not treated as masked). Check the model's "
+                         "forward pass or the arithmetic that produced them.")
+    if logits.numel() and not bool((logits > float("-inf")).any(-1).all()):
+        raise InputError(f"{argument} has a row with every key masked (-inf); a normaliser needs "
+                         "at least one visible key per row.")
+    return logits
