@@ -25,7 +25,7 @@ from .base import Claim
 from .rules import KINDS, OPS, VERDICTS, Criterion, Rule, plain_text, regrade
 
 __all__ = ["Claim", "Criterion", "Rule", "Graded", "REGISTRY", "VERDICTS", "OPS", "KINDS",
-           "CHAPTER_MODULES", "claim", "expected_claims", "record", "regrade", "plain_text",
+           "CHAPTER_MODULES", "claim", "expected_claims", "make_row", "record", "regrade", "plain_text",
            "glue_key"]
 
 #: chapters whose claims are registered, in book order (a module of this package each)
@@ -115,29 +115,19 @@ class Graded:
         return f"{self.row['id']}: {self.verdict} ({self.row['statistic']} = {self.row['value']})"
 
 
-def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
-           variant: str | None = None, model: str | None = None, reason: str | None = None,
-           reading: str | None = None, glue: bool = True) -> Graded:
-    """Grade ``values`` by claim ``claim_id``'s registered rule and write its ledger row.
+def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chapter: str,
+             model: str, variant: str | None = None, reason: str | None = None,
+             reading: str | None = None) -> dict:
+    """The ledger row of claim ``claim_id`` graded on ``values`` by its registered rule, validated
+    (:func:`normlimits.ledger.validate_row`) but not written anywhere.
 
-    Args:
-        ctx: the chapter context (``.chapter`` and ``.model_label``), or the chapter name.
-        values: one number per criterion key of the rule (None or NaN: not measurable here; then
-            ``reason`` is required and the verdict is "not testable").
-        measured: what was measured, in a sentence with the numbers (MyST/``$math$`` allowed).
-        variant: for several rows of one claim (e.g. one per model in the architectures chapter).
-        model: the model the values were measured on (default: the chapter's).
-        reading: which reading of an ambiguous formula the verdict rests on, if any.
-        glue: also glue ``verdict_<id>`` (``verdict_<id>_<variant>``) for the chapter's prose.
-
-    Returns the :class:`Graded` row (display it to show the rule on the page).
+    ``chapter``: who measured it (a chapter, or e.g. ``audit``); ``model``: the model the values
+    were measured on; the other arguments as in :func:`record`.
     """
     from . import rules
     from .. import ledger
 
     item = claim(claim_id)
-    chapter = ctx if isinstance(ctx, str) else ctx.chapter
-    model = model or (None if isinstance(ctx, str) else ctx.model_label)
     if not model:
         raise ValueError(f"claim {claim_id}: name the model the values were measured on (model=...)")
     if not measured.strip():
@@ -158,6 +148,32 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
         row["reason"] = reason
     if reading:
         row["reading"] = reading
+    return ledger.validate_row(row)
+
+
+def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
+           variant: str | None = None, model: str | None = None, reason: str | None = None,
+           reading: str | None = None, glue: bool = True) -> Graded:
+    """Grade ``values`` by claim ``claim_id``'s registered rule and write its ledger row.
+
+    Args:
+        ctx: the chapter context (``.chapter`` and ``.model_label``), or the chapter name.
+        values: one number per criterion key of the rule (None or NaN: not measurable here; then
+            ``reason`` is required and the verdict is "not testable").
+        measured: what was measured, in a sentence with the numbers (MyST/``$math$`` allowed).
+        variant: for several rows of one claim (e.g. one per model in the architectures chapter).
+        model: the model the values were measured on (default: the chapter's).
+        reading: which reading of an ambiguous formula the verdict rests on, if any.
+        glue: also glue ``verdict_<id>`` (``verdict_<id>_<variant>``) for the chapter's prose.
+
+    Returns the :class:`Graded` row (display it to show the rule on the page).
+    """
+    from .. import ledger
+
+    chapter = ctx if isinstance(ctx, str) else ctx.chapter
+    model = model or (None if isinstance(ctx, str) else ctx.model_label)
+    row = make_row(claim_id, values, measured, chapter=chapter, model=model, variant=variant,
+                   reason=reason, reading=reading)
     ledger.write_row(row)
     if glue:
         from myst_nb import glue as _glue

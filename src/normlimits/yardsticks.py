@@ -1,0 +1,344 @@
+"""The paper's four yardsticks on any loaded model, through the chapters' own code paths.
+
+Each yardstick is a function of an iterable of window captures (:mod:`normlimits.capture`, one
+forward pass per window, all windows the same length L) and an :class:`AuditConfig`; it consumes
+the captures once and returns a :class:`Measured`: the ledger rows of the registered claims its
+statistic grades (built by :func:`normlimits.claims.make_row`, the same rule and row format as the
+book's ledger), the statistics themselves (JSON-able) and the chapter objects they came from.
+
+- :func:`vanishing`: the largest softmax weight against L (``vanishing.sweep_captures``,
+  ``head_summary``, ``non_vanishing_report``, as book/vanishing.md calls them): grades NU (median
+  head's exponent, entropy ratio at the largest L, share of rows with L > e^(2 Delta/T)) and C1
+  (share of weights outside Corollary 1 with the per-key and the max-key Delta).
+- :func:`critical_n`: Figure 2c's critical N under the paper's protocol (token-means over query
+  positions, ``POSITIONS_PER_OCTAVE`` per octave, Monte Carlo expectation; the study
+  ``critical_n_search`` runs, then the reading table's numbers for the book's primary reading,
+  ``reading_table.reading_rows``, as book/distances.md reads them): grades F2c and F2a on that
+  reading (the book tries more readings; the audit only the primary one).
+- :func:`separability`: N_s/N against N on value vectors on the unit sphere
+  (``separability_sweep`` then ``separability_curves.figure3_statistics``, as
+  book/separability.md calls them): grades F3.
+- :func:`jacobian`: Figure 4's sensitivity g(T, eps), maximum over heads, and its log-log slopes
+  against T up to ``protocol.SHARP_T`` and from T = 1 on (``jacobian.sensitivity_profile`` as the
+  bench calls it; slopes by ``fits.loglog_fit``, the book's log-log fit). No claim of this statistic is
+  registered in :mod:`normlimits.claims` in this version, so its numbers are reported ungraded.
+
+Shapes: captures hold queries/keys/values [layers, heads, L, d]; per-head results are flattened
+over (layer, head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import torch
+
+from . import protocol
+from .protocol import half_octave_grid, length_grid
+
+__all__ = ["AuditConfig", "Measured", "YARDSTICKS", "vanishing", "critical_n", "separability",
+           "jacobian", "MIN_LENGTH"]
+
+#: the shortest window the audit accepts: the critical-N grid must hold N = FIXED_N below L and the
+#: length sweeps need at least two lengths
+MIN_LENGTH = 16
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """The grids of the four yardsticks, derived from the window length ``length`` (defaults
+    from :mod:`normlimits.protocol`, the chapters' values).
+
+    ``shortest``: the smallest L of the length sweeps (default ``min(32, length // 4)``);
+    ``separability_rows``: query rows per window for N_s/N (None: every position, the paper's
+    protocol; a count: that many evenly spaced rows, as the bench).
+    """
+
+    length: int
+    shortest: int | None = None
+    alphas: tuple[float, ...] = protocol.KS_ALPHAS
+    per_octave: int | None = protocol.POSITIONS_PER_OCTAVE
+    mc_draws: int = protocol.MC_DRAWS
+    mc_keys: int | None = protocol.MC_KEYS
+    separability_n: tuple[int, ...] = protocol.SEPARABILITY_N_GRID
+    separability_rows: int | None = None
+    jacobian_rows: int = protocol.JACOBIAN_ROWS
+    epsilons: tuple[float, ...] = protocol.EPSILONS
+    temperatures_per_decade: int = protocol.TEMPERATURES_PER_DECADE
+    paper_model: bool = False
+
+    def __post_init__(self) -> None:
+        if int(self.length) < MIN_LENGTH:
+            raise ValueError(f"window length {self.length} is too short: the yardsticks need "
+                             f"L >= {MIN_LENGTH}")
+        if self.shortest is not None and not 2 <= self.shortest <= self.length // 2:
+            raise ValueError(f"shortest={self.shortest}: choose 2 <= shortest <= length/2 = "
+                             f"{self.length // 2}")
+        if self.separability_rows is not None and self.separability_rows < 1:
+            raise ValueError(f"separability_rows={self.separability_rows}: use a count >= 1 or "
+                             "None for every position")
+
+    @property
+    def smallest(self) -> int:
+        return self.shortest if self.shortest is not None else min(32, self.length // 4)
+
+    @property
+    def vanishing_lengths(self) -> list[int]:
+        """Doubling L grid (book/vanishing.md's ``length_grid``) from :attr:`smallest` to L."""
+        return length_grid(self.smallest, self.length)
+
+    @property
+    def critical_lengths(self) -> list[int]:
+        """Half-octave L grid (book/distances.md's ``half_octave_grid``) from :attr:`smallest`."""
+        return half_octave_grid(self.smallest, self.length)
+
+    @property
+    def separability_grid(self) -> list[int]:
+        """Figure 3's N grid cut below L (N_s needs a non-selected key)."""
+        return [n for n in self.separability_n if n <= self.length - 1]
+
+    def separability_positions(self):
+        from .separability import spaced_rows
+
+        return None if self.separability_rows is None else spaced_rows(self.length,
+                                                                       self.separability_rows)
+
+    def query_rows(self) -> torch.Tensor:
+        from .jacobian import default_rows
+
+        return torch.as_tensor(default_rows(self.length, self.jacobian_rows), dtype=torch.long)
+
+    def temperatures(self) -> torch.Tensor:
+        from .jacobian import default_temperatures
+
+        return default_temperatures(per_decade=self.temperatures_per_decade)
+
+    def describe(self) -> dict:
+        """The grids as JSON-able values."""
+        return {"length": self.length, "vanishing_lengths": self.vanishing_lengths,
+                "critical_lengths": self.critical_lengths, "ks_alphas": list(self.alphas),
+                "positions_per_octave": self.per_octave, "mc_draws": self.mc_draws,
+                "mc_keys": self.mc_keys, "separability_grid": self.separability_grid,
+                "separability_rows": ("every" if self.separability_rows is None
+                                      else len(self.separability_positions())),
+                "jacobian_rows": self.jacobian_rows, "epsilons": list(self.epsilons),
+                "temperatures": len(self.temperatures()), "paper_model": self.paper_model}
+
+
+@dataclass
+class Measured:
+    """One yardstick's outcome: ``rows`` (ledger rows of the registered claims it grades),
+    ``statistics`` (JSON-able numbers, graded or not), ``ungraded`` (names of statistics no
+    registered claim grades, with why), ``result`` (the chapter objects, for figures and tests)."""
+
+    name: str
+    rows: list[dict]
+    statistics: dict
+    result: Any
+    ungraded: str = ""
+    plot: Callable[[Any], Any] | None = field(default=None, repr=False)
+
+
+def _f(x) -> float | None:
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+def _row(claim_id: str, values: dict, measured: str, model: str, **kw) -> dict:
+    from .claims import make_row
+
+    missing = [k for k, v in values.items() if v is None or (isinstance(v, float) and np.isnan(v))]
+    reason = (f"{', '.join(missing)} could not be computed on this model and grid" if missing
+              else None)
+    return make_row(claim_id, values, measured, chapter="audit", model=model, reason=reason, **kw)
+
+
+# ------------------------------------------------------------------------------ vanishing weights
+def vanishing(captures: Iterable, config: AuditConfig, model: str) -> Measured:
+    """NU and C1 from the length sweep of book/vanishing.md (T = 1, the model's own logits)."""
+    from . import vanishing as V
+
+    lengths = config.vanishing_lengths
+    stats, parity = V.sweep_captures(captures, lengths, 1.0)
+    heads = V.head_summary(stats)
+    heads["head"] = [f"L{l}H{h}" for l, h in zip(heads["layer"], heads["head"])]
+    report = V.non_vanishing_report(heads, stats)
+    n_weights = int(stats.keys.sum())
+    shares = {k: float(getattr(stats, f"{k}_outside").sum()) / n_weights for k in ("literal", "paper")}
+    values = {"exponent": float(heads["exponent"].median()),
+              "entropy": float(heads["entropy_ratio_last"].median()),
+              "regime": float(report["bite_fraction"])}
+    rows = [
+        _row("NU", values, f"$L$ = {lengths[0]}..{lengths[-1]}: max-weight exponents "
+             f"{heads['exponent'].min():.2f} to {heads['exponent'].max():.2f} (median "
+             f"{values['exponent']:.2f}); median entropy / log L at the largest L "
+             f"{values['entropy']:.2f}; $L > e^{{2\\Delta/T}}$ in {values['regime']:.1%} of rows",
+             model),
+        _row("C1", {"literal_outside": shares["literal"], "maxkey_outside": shares["paper"]},
+             f"{int(stats.literal_outside.sum()):,} of {n_weights:,} weights break the bound with "
+             f"the per-key $\\Delta_i$; {int(stats.paper_outside.sum()):,} with the max-key $\\Delta$",
+             model),
+    ]
+    statistics = {**values, "literal_outside": shares["literal"], "maxkey_outside": shares["paper"],
+                  "parity": _f(parity), "lengths": lengths, "heads": len(heads),
+                  "exponent_min": float(heads["exponent"].min()),
+                  "exponent_max": float(heads["exponent"].max()), "weights": n_weights}
+    return Measured("vanishing", rows, statistics, {"stats": stats, "heads": heads},
+                    plot=_plot_vanishing)
+
+
+def _plot_vanishing(result):
+    import matplotlib.pyplot as plt
+
+    stats = result["stats"]
+    lengths = stats.lengths.numpy()
+    maxw = torch.exp(torch.log(stats.max_weight).mean(0)).reshape(-1, len(lengths)).numpy()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for curve in maxw:
+        ax.plot(lengths, curve, color="tab:blue", alpha=0.35, lw=1)
+    ax.plot(lengths, np.median(maxw, 0), color="k", lw=2, label="median head")
+    ax.plot(lengths, 1 / lengths, "k--", lw=1, label="1/L (uniform)")
+    ax.set(xscale="log", yscale="log", xlabel="L (keys visible)", ylabel="largest weight",
+           title="Vanishing attention: largest weight against L")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------------------ critical N
+def critical_n(captures: Iterable, config: AuditConfig, model: str) -> Measured:
+    """F2c (and F2a) on the book's primary reading under the paper's protocol."""
+    from . import critical_n as C
+    from . import reading_table as RT
+    from .token_means import position_study
+
+    lengths = config.critical_lengths
+    study = position_study(captures, lengths, C.critical_grid(config.length),
+                           per_octave=config.per_octave, paper=True, samples=config.mc_draws,
+                           mc_keys=config.mc_keys)
+    primary = RT.readings_tried()[0]
+    (row,) = RT.reading_rows({"values": study}, [primary], alphas=config.alphas)
+    alpha = protocol.KS_ALPHA_TEXT
+    f2c = RT.claim_values(row, "F2c", config.paper_model)
+    f2a = RT.claim_values(row, "F2a", config.paper_model)
+    only = "only the book's primary reading was tried (the distances chapter tries more)"
+    crit = row.search.critical[alpha]
+    rows = [
+        _row("F2c", f2c, f"critical N/L {f2c['fraction']:.3f} at L = {lengths[-1]} (1: none below "
+             f"L); spread {f2c['spread']:.2f} over L = {lengths[0]}..{lengths[-1]}; {only}",
+             model, reading=primary.label),
+        _row("F2a", f2a, f"N = {protocol.FIXED_N}: median true/expected {f2a['close']:.3f} at L = "
+             f"{lengths[-1]}; exponents in L {f2a['exp_true']:.2f} (true), "
+             f"{f2a['exp_expected']:.2f} (expected); {only}", model, reading=primary.label),
+    ]
+    statistics = {**{k: _f(v) for k, v in {**f2c, **f2a}.items()}, "alpha": alpha,
+                  "lengths": lengths, "critical_n": crit,
+                  "critical_n_alpha_0.05": row.search.critical[protocol.KS_ALPHA_ALGORITHM]
+                  if protocol.KS_ALPHA_ALGORITHM in row.search.critical else None,
+                  "windows": row.windows, "reading": primary.label}
+    return Measured("critical_n", rows, statistics, {"study": study, "row": row},
+                    plot=_plot_critical_n)
+
+
+def _plot_critical_n(result):
+    from .figure2 import plot_fig2c
+
+    return plot_fig2c({"paper protocol": result["row"].search}, alpha=protocol.KS_ALPHA_TEXT,
+                      fraction=protocol.CRITICAL_FRACTION)
+
+
+# ------------------------------------------------------------------------------ separability
+def separability(captures: Iterable, config: AuditConfig, model: str) -> Measured:
+    """F3 from N_s/N on value vectors on the unit sphere (Figure 3's workload)."""
+    from . import separability_curves as SC
+    from .separability_sweep import separability_sweep
+
+    grid = config.separability_grid
+    rows_at = config.separability_positions()
+    sweep = separability_sweep(captures, grid, kinds=("values",), rows=rows_at, sphere_radius=1.0,
+                               bounds=True)
+    per_head = sweep.fraction["values"].reshape(-1, len(grid)).numpy()
+    upper = sweep.upper_exponential["values"].reshape(-1, len(grid)).numpy()
+    st = SC.figure3_statistics(sweep.n_grid, per_head, upper, protocol.SEPARABILITY_FLAT_SLOPE)
+    keys = ("slope_after", "knee", "level", "tracks", "flattening")
+    values = {k: _f(st[k]) for k in keys}
+    reading = ("every query position (paper, Algorithm 4)" if rows_at is None
+               else f"{len(rows_at)} evenly spaced query rows per window")
+    rows = [_row("F3", values, f"median over {per_head.shape[0]} heads ({reading}): slope "
+                 f"{st['slope_before']:.3f} per doubling up to $N$ = {st['knee']}, "
+                 f"{st['slope_after']:.3f} after; plateau {st['level']:.3f}; exponential bound vs "
+                 f"largest head {st['tracks']:.3f}", model, reading=reading)]
+    statistics = {**values, "slope_before": _f(st["slope_before"]), "n_grid": grid,
+                  "median": [float(v) for v in st["median"]],
+                  "largest": [float(v) for v in st["largest"]], "reading": reading}
+    return Measured("separability", rows, statistics, {"sweep": sweep, "figure3": st},
+                    plot=_plot_separability)
+
+
+def _plot_separability(result):
+    import matplotlib.pyplot as plt
+
+    sweep, st = result["sweep"], result["figure3"]
+    grid = np.asarray(sweep.n_grid)
+    per_head = sweep.fraction["values"].reshape(-1, len(grid)).numpy()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.fill_between(grid, np.percentile(per_head, 10, 0), np.percentile(per_head, 90, 0),
+                    color="tab:blue", alpha=0.25, label="heads, 10th-90th percentile")
+    ax.plot(grid, st["median"], "o-", color="tab:blue", label="median head")
+    ax.plot(grid, st["largest"], "k:", label="largest head")
+    ax.plot(grid, st["bound"], "r--", lw=1, label="exponential upper bound (median)")
+    ax.set(xscale="log", xlabel="N (top-N tokens)", ylabel="$N_s/N$", ylim=(0, 1.05),
+           title="Geometric separability")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------------------ Jacobian
+def jacobian(captures: Iterable, config: AuditConfig, model: str) -> Measured:
+    """Figure 4's sensitivity against T: log-log slopes of the max over heads, ungraded."""
+    from . import jacobian as J
+    from .fits import loglog_fit
+
+    rows_at = config.query_rows()
+    profile = J.sensitivity_profile((cap.logits(rows_at) for cap in captures),
+                                    config.temperatures(), config.epsilons, seed=0)
+    temps = profile.temperatures.numpy()
+    g_max = profile.head_max("g").numpy()                       # [nT, nE]
+    curves = torch.as_tensor(g_max.T)                             # [nE, nT]
+    low = [_f(e) for e in loglog_fit(temps, curves, high=protocol.SHARP_T).exponent]
+    high = [_f(e) for e in loglog_fit(temps, curves, low=1.0).exponent]
+    statistics = {"epsilons": [float(e) for e in profile.epsilons], "slope_low_T": low,
+                  "slope_high_T": high, "low_T_up_to": protocol.SHARP_T, "temperatures": [float(t) for t in temps],
+                  "g_max": g_max.tolist(), "rows": int(profile.rows)}
+    why = ("no claim grading this statistic is registered in normlimits.claims in this version "
+           "(the gradients chapter grades Figure 4 outside the registry): the slopes are reported "
+           "without a verdict")
+    return Measured("jacobian", [], statistics, {"profile": profile}, ungraded=why,
+                    plot=_plot_jacobian)
+
+
+def _plot_jacobian(result):
+    import matplotlib.pyplot as plt
+
+    profile = result["profile"]
+    temps = profile.temperatures.numpy()
+    g_max = profile.head_max("g").numpy()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k, e in enumerate(profile.epsilons.tolist()):
+        ax.plot(temps, g_max[:, k], "o-", ms=3, label=f"g, ε = {e:g}")
+    ax.plot(temps, 1 / (2 * temps), "k-", lw=0.6, label="1/(2T)")
+    ax.set(xscale="log", yscale="log", xlabel="temperature T", ylabel="max over heads",
+           title="Gradient sensitivity g(T, ε)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+#: the yardsticks in the paper's order: name -> function(captures, config, model) -> Measured
+YARDSTICKS: dict[str, Callable[[Iterable, AuditConfig, str], Measured]] = {
+    "vanishing": vanishing, "critical_n": critical_n, "separability": separability,
+    "jacobian": jacobian,
+}
