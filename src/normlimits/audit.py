@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import io
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -105,6 +106,13 @@ def _renamed(message: str, env: str, option: str) -> str:
     return message.replace(env, option)
 
 
+def _as_option(message: str, value: str | None, option: str) -> str:
+    """A devices error about a parameter, reworded to name the command's ``option``."""
+    message = message.replace(f"device/dtype argument {value!r}", f"{option} {value!r}")
+    message = re.sub(r" \(or unset NORMLIMITS_\w+ for [^)]*\)", "", message)
+    return message.replace("set NORMLIMITS_DEVICE to", "pass --device with")
+
+
 def _placement(device: str | None, dtype: str | None):
     from .devices import resolve_device, resolve_dtype
     from .settings import SettingError
@@ -112,14 +120,13 @@ def _placement(device: str | None, dtype: str | None):
     try:
         where, _ = resolve_device(device)
     except SettingError as exc:
-        raise AuditError(_renamed(str(exc), f"device/dtype argument {device!r}",
-                                  f"--device {device!r}")) from None
+        raise AuditError(_as_option(str(exc), device, "--device") if device is not None
+                         else str(exc)) from None
     try:
         resolve_dtype(dtype, where)
     except SettingError as exc:
-        raise AuditError(_renamed(_renamed(str(exc), f"device/dtype argument {dtype!r}",
-                                           f"--dtype {dtype!r}"), "set NORMLIMITS_DEVICE",
-                                  "pass --device")) from None
+        raise AuditError(_as_option(str(exc), dtype, "--dtype") if dtype is not None
+                         else str(exc)) from None
 
 
 def _load(args):
