@@ -321,3 +321,15 @@ def test_make_row_writes_nothing(tmp_path, monkeypatch):
         make_row("NU", {"exponent": None, "entropy": 0.95, "regime": 0.7}, "x", chapter="audit",
                  model="m")
     assert os.environ["NORMLIMITS_LEDGER_DIR"] == str(tmp_path)
+
+
+def test_python_dash_m_and_the_console_script_are_declared():
+    import subprocess
+    import sys
+    import tomllib
+
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["normlimits"] == "normlimits.__main__:main"
+    done = subprocess.run([sys.executable, "-m", "normlimits", "audit", "--help"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "--model" in done.stdout and "--separability-rows" in done.stdout
