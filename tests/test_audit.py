@@ -139,6 +139,8 @@ def test_llama_run_is_llama_and_every_position(llama_run):
 
 
 def test_progress_lines_name_windows_and_yardsticks(byte_gpt2_folder, tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "critical_n.png").write_bytes(b"an earlier run's figure")
     _run(byte_gpt2_folder, tmp_path / "out", "--yardsticks", "vanishing", "jacobian")
     err = capsys.readouterr().err
     assert "[audit] window 1/2" in err and "[audit] window 2/2" in err
@@ -333,3 +335,16 @@ def test_python_dash_m_and_the_console_script_are_declared():
     done = subprocess.run([sys.executable, "-m", "normlimits", "audit", "--help"], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and "--model" in done.stdout and "--separability-rows" in done.stdout
+
+
+def test_report_says_what_a_paper_model_verdict_rests_on(gpt2_run):
+    _, doc = gpt2_run
+    assert "never \"refuted\"" in audit.report_markdown(doc)
+    as_paper = {**doc, "model": {**doc["model"], "is_paper_model": True}}
+    assert "tries only the primary one" in audit.report_markdown(as_paper)
+
+
+def test_a_statistic_that_cannot_be_computed_gives_not_testable_with_a_reason():
+    row = yardsticks._row("NU", {"exponent": float("nan"), "entropy": 0.9, "regime": 0.5}, "x", "m")
+    assert row["verdict"] == "not testable" and "exponent" in row["reason"]
+    validate_row(row)

@@ -231,6 +231,10 @@ def report_markdown(doc: dict) -> str:
     if not m["is_paper_model"]:
         lines += ["Not the paper's model: a figure of GPT-2 124M that does not come out here is "
                   "\"not reproduced\", never \"refuted\".", ""]
+    else:
+        lines += ["On the paper's model, the book's verdict on Figure 2 (F2a, F2c) weighs every "
+                  "reading of Eq. (7) it tries; the audit tries only the primary one, so its "
+                  "\"refuted\" there means \"not under the primary reading\".", ""]
     lines += ["## Verdicts (the book's registered rules)", "",
               "| claim | statistic | value | verdict | reading |", "|---|---|---|---|---|"]
     for r in doc["rows"]:
@@ -253,12 +257,16 @@ def report_markdown(doc: dict) -> str:
 
 
 def write_outputs(out: Path, doc: dict, figures: dict[str, bytes]) -> dict[str, Path]:
-    """Write the figures, ``audit.json`` and ``report.md`` into ``out``, each atomically."""
+    """Write the figures, ``audit.json`` and ``report.md`` into ``out``, each atomically, and remove
+    the figures of yardsticks this run did not measure (left by an earlier run)."""
     from .cache import atomic_write_bytes, atomic_write_json
 
     paths = {name: atomic_write_bytes(out / f"{name}.png", data) for name, data in figures.items()}
     paths["audit.json"] = atomic_write_json(out / "audit.json", doc)
     paths["report.md"] = atomic_write_bytes(out / "report.md", report_markdown(doc).encode())
+    for name in YARDSTICKS:        # a figure of an earlier run's yardstick would not match the JSON
+        if name not in figures:
+            (out / f"{name}.png").unlink(missing_ok=True)
     return paths
 
 
