@@ -95,7 +95,7 @@ def llama_run(llama_folder, tmp_path_factory):
     from normlimits.__main__ import main
 
     assert main(["audit", "--model", str(llama_folder), "--windows", "2", "--length", str(LENGTH),
-                 "--out", str(out), "--quiet", "--separability-rows", "every"]) == 0
+                 "--out", str(out), "--quiet", "--separability-rows", "every", "--device", "auto"]) == 0
     return out, json.loads((out / "audit.json").read_text())
 
 
@@ -348,3 +348,9 @@ def test_a_statistic_that_cannot_be_computed_gives_not_testable_with_a_reason():
     row = yardsticks._row("NU", {"exponent": float("nan"), "entropy": 0.9, "regime": 0.5}, "x", "m")
     assert row["verdict"] == "not testable" and "exponent" in row["reason"]
     validate_row(row)
+
+
+def test_auto_device_is_recorded(llama_run):
+    _, doc = llama_run
+    expected = "cuda:0" if torch.cuda.is_available() else "cpu"
+    assert doc["settings"]["device"].startswith(expected)
