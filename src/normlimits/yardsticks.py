@@ -130,8 +130,9 @@ class AuditConfig:
 @dataclass
 class Measured:
     """One yardstick's outcome: ``rows`` (ledger rows of the registered claims it grades),
-    ``statistics`` (JSON-able numbers, graded or not), ``ungraded`` (names of statistics no
-    registered claim grades, with why), ``result`` (the chapter objects, for figures and tests)."""
+    ``statistics`` (JSON-able numbers, graded or not), ``ungraded`` (empty, or why the statistics
+    carry no verdict), ``result`` (the chapter objects, for figures and tests) and ``plot``
+    (``plot(result)`` -> a matplotlib figure)."""
 
     name: str
     rows: list[dict]
