@@ -26,6 +26,7 @@ __all__ = [
     "SEPARABILITY_SPACED_ROWS", "SEPARABILITY_SENSITIVITY_ROWS", "SEPARABILITY_HIDDEN_ROWS",
     "SEPARABILITY_FLAT_SLOPE", "SEPARABILITY_TEMPERATURES", "SEPARABILITY_TEMPERATURE_ROWS",
     "PAPER_TABLE1", "PaperTime", "CHAPTER_BUDGET_SECONDS",
+    "LARGER_GPT2_VARIANTS", "VARIANT_EXPONENT_GAP",
     "ALT_FLAT_EXPONENT", "ALT_EXPONENT_GAIN", "ALT_SEPARABILITY_MARGIN", "ALT_DECOUPLING_FACTOR",
     "ALT_KS_ALPHA", "ALT_GAMMA_FACTORS", "ALT_GAMMA_REGIME", "ALT_SINK_LOGITS", "ALT_ROWS",
     "ALT_JACOBIAN_ROWS", "ALT_JACOBIAN_WINDOWS", "ALT_LANCZOS_STEPS", "ALT_SWEEP_WINDOWS",
@@ -43,6 +44,12 @@ PAPER_HEADS = 144
 PAPER_PARAMETERS = 124_000_000
 #: paper, Section 3.1: lengths run up to 1024 (GPT-2's context)
 MAX_LENGTH = 1024
+#: paper, Section 3: "larger variants" gave "qualitatively identical trends" (not named); book:
+#: GPT-2 355M, the next size up, tested when it can be loaded
+LARGER_GPT2_VARIANTS = ("gpt2-medium",)
+#: book: "identical trend" for the vanishing yardstick means the median head's exponent of the
+#: largest weight against L moves by at most this much (a fifth of the 1/L law's exponent)
+VARIANT_EXPONENT_GAP = 0.2
 
 
 def length_grid(shortest: int = 32, longest: int = MAX_LENGTH) -> list[int]:
