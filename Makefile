@@ -13,12 +13,13 @@ INSTALLED := $(VENV)/.installed
 MATHJAX := book/_mathjax/mathjax/tex-mml-chtml.js
 BUILD_FLAGS := --builder html -W -n --keep-going
 
-.PHONY: help install book test test-fast lab bench standin browser clean distclean
+.PHONY: help install book pdf colab test test-fast lab bench standin browser clean distclean
 
 help:
 	@echo "make book   - set up the environment if needed and build the book to _build/html"
 	@echo "make test   - set up, run the whole test suite (the strict book build and browser test included)"
-	@echo "make lab    - JupyterLab on the book; chapters open as notebooks (jupytext)"
+	@echo "make pdf    - the whole book as one PDF (_build/pdf/book.pdf)"
+	@echo "make lab    - JupyterLab on the book; chapters open as notebooks rendered as MyST"
 	@echo "make bench  - the paper's five experiments at GPT-2 124M size, timed (_build/bench.json)"
 	@echo "make clean  - remove build outputs (keeps the environment and the model cache)"
 
@@ -41,16 +42,17 @@ $(MATHJAX): $(INSTALLED)
 	$(PY) -c "import mathjax, pathlib, shutil; src = pathlib.Path(mathjax.__file__).parent / 'static/mathjax/es5'; shutil.copytree(src, 'book/_mathjax/mathjax')"
 	@touch $@
 
-# Headless Chromium from Debian for the browser test (tests/test_site.py drives it with Playwright;
-# no browser download). Root installs it; others are told how, and the browser test then fails
-# with the same remedy. A font is installed with it so screenshots show text.
-BROWSER_PACKAGES := chromium fonts-dejavu-core
+# Headless Chromium from Debian for the browser tests and `make pdf` (driven by Playwright; no
+# browser download), and poppler-utils (pdftoppm, pdftotext) for the PDF test. Root installs them;
+# others are told how, and the tests then fail with the same remedy. A font is installed with them
+# so screenshots and the PDF show text.
+BROWSER_PACKAGES := chromium fonts-dejavu-core poppler-utils
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
+	@{ command -v chromium && command -v pdftoppm; } >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "Installing Debian's chromium for the browser test (apt-get)"; \
+	    echo "Installing Debian's chromium and poppler-utils for the browser tests and make pdf (apt-get)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(BROWSER_PACKAGES) >/dev/null; \
-	  else echo "The browser test needs Debian's chromium: sudo apt-get install --no-install-recommends $(BROWSER_PACKAGES)" >&2; fi; }
+	  else echo "The browser tests and make pdf need Debian's chromium and poppler-utils: sudo apt-get install --no-install-recommends $(BROWSER_PACKAGES)" >&2; fi; }
 	@command -v chromium >/dev/null 2>&1 && chromium --version 2>/dev/null | grep -i chromium || true
 
 # --- the book ---------------------------------------------------------------------------------
@@ -59,7 +61,20 @@ browser:
 book: $(INSTALLED) $(MATHJAX)
 	$(PY) -m normlimits.execution_cache _build
 	$(VENV)/bin/jupyter-book build . $(BUILD_FLAGS)
+	@$(PY) -m normlimits.timings
 	@echo "Book: _build/html/index.html   Ledger: _build/ledger.json"
+
+# The whole book as one PDF: the single-page build (chapters from the execution cache) printed by
+# Chromium with the site's own MathJax (src/normlimits/pdf.py says why not LaTeX).
+pdf: $(INSTALLED) $(MATHJAX) browser
+	$(PY) -m normlimits.execution_cache _build
+	$(VENV)/bin/jupyter-book build . --builder singlehtml -W -n --keep-going
+	$(PY) -m normlimits.pdf _build/singlehtml/index.html _build/pdf/book.pdf
+
+# Colab notebooks of the chapters (for the site's Colab buttons; the publishing workflow pushes
+# them to the repository's colab branch). Nothing is written while repository.url is empty.
+colab: $(INSTALLED)
+	$(PY) -m normlimits.colab _build/colab
 
 test: $(INSTALLED) $(MATHJAX) browser
 	$(PY) -m pytest
@@ -67,9 +82,10 @@ test: $(INSTALLED) $(MATHJAX) browser
 test-fast: $(INSTALLED)
 	$(PY) -m pytest -m "not book and not browser"
 
+# JupyterLab on book/: chapters open as notebooks (jupytext) rendered by jupyterlab-myst, the glued
+# numbers shown in the prose once a chapter has run (src/normlimits/lab.py configures both).
 lab: $(INSTALLED)
 	$(PY) -m normlimits.lab
-	$(VENV)/bin/jupyter lab book
 
 bench: $(INSTALLED)
 	$(PY) -m normlimits.bench

@@ -45,6 +45,18 @@ def tiny_loaded():
 
 
 @pytest.fixture
+def saved_gpt2(tmp_path):
+    """A tiny GPT-2 saved with save_pretrained and the byte tokenizer marker; returns the folder."""
+    import json
+
+    from normlimits.models import BYTE_TOKENIZER_FILE
+
+    make_tiny_gpt2().save_pretrained(tmp_path)
+    (tmp_path / BYTE_TOKENIZER_FILE).write_text(json.dumps({"kind": "bytes"}))
+    return tmp_path
+
+
+@pytest.fixture
 def isolated_cache(tmp_path, monkeypatch):
     """Point the project's cache at a temporary folder."""
     monkeypatch.setenv("NORMLIMITS_CACHE", str(tmp_path / "cache"))

@@ -46,162 +46,6 @@ def test_row_statistics_uniform_and_one_hot():
         A.row_statistics(-w, z)
 
 
-# ------------------------------------------------------------------------------- yardstick 4
-@pytest.mark.parametrize("name", A.EXACT_JACOBIANS)
-@pytest.mark.parametrize("temperature", [0.2, 1.0, 5.0])
-def test_exact_jacobian_equals_autograd(name, temperature):
-    z = masked_logits(seed=1)
-    exact = A.exact_jacobian(name, z, temperature)
-    dense = A.dense_jacobian(name, z, temperature)
-    assert torch.allclose(exact, dense, atol=1e-12)
-
-
-def test_exact_jacobian_absent_without_closed_form():
-    z = masked_logits()
-    assert A.exact_jacobian("adaptive", z) is None
-    assert A.exact_jacobian("sa-softmax", z) is None
-
-
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("temperature", [0.1, 1.0])
-def test_jacobian_norm_equals_dense_spectral_norm(name, temperature):
-    z = masked_logits(rows=6, keys=9, seed=2)
-    dense = A.dense_jacobian(name, z, temperature)
-    reference = torch.linalg.matrix_norm(dense, ord=2)
-    ours = A.jacobian_norm(name, z, temperature)
-    assert torch.allclose(ours, reference, rtol=1e-7, atol=1e-12)
-
-
-@pytest.mark.parametrize("name", ["softmax", "ssmax", "softmax1", "adaptive", "sa-softmax"])
-def test_lanczos_agrees_with_exact_norms(name):
-    z = masked_logits(rows=6, keys=9, seed=3)
-    reference = torch.linalg.matrix_norm(A.dense_jacobian(name, z, 0.5), ord=2)
-    for method in ("auto", "autograd"):
-        estimate = A.lanczos_norm(name, z, 0.5, method=method)       # steps >= keys: exact
-        assert bool((estimate <= reference * (1 + 1e-9)).all())
-        assert torch.allclose(estimate, reference, rtol=1e-9)
-
-
-@pytest.mark.parametrize("name", ["adaptive", "sa-softmax"])
-def test_lanczos_converges_on_long_rows(name):
-    """Long rows (300 keys), few steps: a lower bound within 1e-6 of the dense norm."""
-    z = torch.cat([masked_logits(rows=4, keys=300, seed=13, scale=sc) for sc in (0.5, 2.0, 6.0)])
-    reference = torch.linalg.matrix_norm(A.dense_jacobian(name, z, 1.0), ord=2)
-    estimate = A.lanczos_norm(name, z, 1.0, steps=32)
-    assert bool((estimate <= reference * (1 + 1e-9)).all())
-    assert torch.allclose(estimate, reference, rtol=1e-6)
-
-
-@pytest.mark.parametrize("name", ["adaptive", "sa-softmax"])
-@pytest.mark.parametrize("temperature", [0.3, 1.0])
-def test_closed_form_products_equal_autograd(name, temperature):
-    gen = torch.Generator().manual_seed(9)
-    # scales that put the adaptive rows in beta's active region (entropy in (0.85, 5.9))
-    z = torch.cat([masked_logits(rows=6, keys=40, seed=8, scale=s) for s in (0.3, 1.0, 3.0)])
-    v = torch.randn(z.shape, generator=gen, dtype=torch.float64)
-    u = torch.randn(z.shape, generator=gen, dtype=torch.float64)
-    exact = A.jacobian_products(name, z, temperature, method="exact")
-    auto = A.jacobian_products(name, z, temperature, method="autograd")
-    vis = torch.isfinite(z)
-    v, u = torch.where(vis, v, 0.0), torch.where(vis, u, 0.0)
-    assert torch.allclose(exact[0](v), auto[0](v), atol=1e-12)
-    assert torch.allclose(exact[1](u), auto[1](u), atol=1e-12)
-    if name == "adaptive":
-        from normlimits.normalizers import _entropy_masked
-
-        _, h = _entropy_masked(torch.where(vis, z, 0.0), vis, -1)
-        assert bool(((h > 0.85) & (h < 5.9)).any())       # the beta' term was exercised
-
-
-def test_products_method_validation():
-    z = masked_logits()
-    with pytest.raises(ValueError, match="method must be"):
-        A.jacobian_products("adaptive", z, method="dense")
-    with pytest.raises(ValueError, match="no closed-form"):
-        A.jacobian_products("softmax1", z, method="exact")
-    jv, _ = A.jacobian_products("softmax1", z, method="auto")       # autograd fallback
-    assert torch.isfinite(jv(torch.where(torch.isfinite(z), 1.0, 0.0).double())).all()
-
-
-def test_batched_temperatures_match_one_at_a_time():
-    z = masked_logits(rows=4, keys=7, seed=6)
-    cfg = A.YardstickConfig(lengths=(2,), rows=(6,), n_grid=(1,), temperatures=(0.1, 1.0, 3.0),
-                            jacobian_rows=(6,))
-    for name in ("adaptive", "sa-softmax", "softmax"):
-        batched = A._norms_over_temperatures(NORMALIZERS[name], z, cfg)
-        single = torch.stack([A.jacobian_norm(name, z, t) for t in cfg.temperatures])
-        assert torch.allclose(batched, single, rtol=1e-9)
-
-
-def test_substochastic_top_eigenvalue():
-    gen = torch.Generator().manual_seed(4)
-    z = 3 * torch.randn(50, 7, generator=gen, dtype=torch.float64)
-    a = softmax_one(z)
-    a[0] = torch.tensor([0.3, 0.3, 0.1, 0, 0, 0, 0], dtype=torch.float64)    # tie
-    a[1] = torch.tensor([0.6, 0, 0, 0, 0, 0, 0], dtype=torch.float64)        # single key
-    ref = torch.linalg.eigvalsh(torch.diag_embed(a) - a.unsqueeze(-1) * a.unsqueeze(-2))[..., -1]
-    assert torch.allclose(A.substochastic_top_eigenvalue(a), ref, atol=1e-14)
-    # rows summing to 1 agree with the jacobian module's eigenvalue
-    p = torch.softmax(z, -1)
-    assert torch.allclose(A.substochastic_top_eigenvalue(p), J.top_eigenvalue(p), atol=1e-13)
-    with pytest.raises(ValueError, match="sum <= 1"):
-        A.substochastic_top_eigenvalue(torch.tensor([0.7, 0.7], dtype=torch.float64))
-
-
-@pytest.mark.parametrize("scale", [0.3, 3.0, 30.0, 300.0])
-def test_substochastic_top_eigenvalue_long_and_extreme_rows(scale):
-    gen = torch.Generator().manual_seed(5)
-    z = scale * torch.randn(20, 300, generator=gen, dtype=torch.float64)
-    a = softmax_one(z)                       # includes subnormal weights at large scales
-    ref = torch.linalg.eigvalsh(torch.diag_embed(a) - a.unsqueeze(-1) * a.unsqueeze(-2))[..., -1]
-    ours = A.substochastic_top_eigenvalue(a)
-    assert torch.isfinite(ours).all()
-    assert torch.allclose(ours, ref.clamp_min(0), rtol=1e-10, atol=1e-15)
-
-
-# ----------------------------------------------------- worst cases: attained, never exceeded
-def tie(keys=6, top=50.0):
-    z = torch.zeros(keys, dtype=torch.float64)
-    z[:2] = top
-    return z
-
-
-@pytest.mark.parametrize("temperature", [0.05, 1.0])
-def test_worst_cases_are_attained(temperature):
-    z = tie()
-    t = temperature
-    assert abs(float(A.jacobian_norm("softmax", z, t)) - 1 / (2 * t)) < 1e-9 / t
-    assert abs(float(A.jacobian_norm("sparsemax", z, t)) - 1 / t) < 1e-12 / t
-    assert abs(float(A.jacobian_norm("entmax15", z, t)) - 1 / (math.sqrt(2) * t)) < 1e-9 / t
-    c = math.log(6) / math.log(32)
-    assert abs(float(A.jacobian_norm("ssmax", z, t)) - c / (2 * t)) < 1e-9 / t
-    # softmax_1 and the adaptive temperature approach 1/(2T) at a tie of large logits
-    assert abs(float(A.jacobian_norm("softmax1", z, t)) - 1 / (2 * t)) < 1e-6 / t
-    assert abs(float(A.jacobian_norm("adaptive", z, t)) - 1 / (2 * t)) < 1e-6 / t
-    assert float(A.jacobian_norm("sa-softmax", z, t)) >= 1 / (2 * t) - 1.0
-    for name in NAMES:
-        bounds = A.worst_case_jacobian(name, t, n=6)
-        assert bounds["lower"] <= bounds["upper"]
-
-
-@given(st.integers(2, 30), st.floats(0.05, 10.0), st.integers(0, 10_000), st.floats(0.1, 20.0))
-@settings(max_examples=60, deadline=None)
-def test_worst_case_upper_bounds_hold(keys, temperature, seed, scale):
-    gen = torch.Generator().manual_seed(seed)
-    z = scale * torch.randn(8, keys, generator=gen, dtype=torch.float64)
-    for name in ("softmax", "sparsemax", "entmax15", "ssmax", "softmax1"):
-        upper = A.worst_case_jacobian(name, temperature, n=keys)["upper"]
-        assert float(A.jacobian_norm(name, z, temperature).max()) <= upper * (1 + 1e-9)
-    # 1.5-entmax: numerically never above its two-way-tie value 1/(sqrt 2 T)
-    entmax_top = float(A.jacobian_norm("entmax15", z, temperature).max())
-    assert entmax_top <= (1 + 1e-9) / (math.sqrt(2) * temperature)
-
-
-def test_worst_case_needs_n_for_ssmax():
-    with pytest.raises(ValueError, match="pass n"):
-        A.worst_case_jacobian("ssmax", 1.0)
-
-
 # --------------------------------------------------------------------------------- theory
 def test_theory_ssmax_limits():
     r = TA.ssmax_vanishing()
@@ -364,3 +208,128 @@ def test_measure_window_rejects_bad_grids(tiny_capture):
                               jacobian_rows=(5,))
     with pytest.raises(ValueError, match="T must be > 0"):
         A.measure_window(tiny_capture, ["softmax"], bad_t)
+
+
+# ------------------------------------------------------------------- sweeps and verdict inputs
+def test_critical_scale_reproduces_the_simplex_value_and_halves_the_top_weight():
+    n, rho = 500, 0.2
+    z = torch.full((n,), rho, dtype=torch.float64)
+    z[3] = 1.0
+    assert abs(float(A.critical_scale(z)) - math.log(n - 1) / ((1 - rho) * math.log(n))) < 1e-10
+    gen = torch.Generator().manual_seed(2)
+    rows = 2 * torch.randn(6, 200, generator=gen, dtype=torch.float64)
+    rows[2, 150:] = NEG_INF
+    gamma = A.critical_scale(rows)
+    n_vis = torch.isfinite(rows).sum(-1)
+    for r in range(rows.shape[0]):
+        w = NORMALIZERS["ssmax"].function(rows[r], s=float(gamma[r]))
+        assert abs(float(w.max()) - 0.5) < 1e-9, (r, int(n_vis[r]))
+    two = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    tied = torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64)
+    assert float(A.critical_scale(two)) == 0.0 and math.isnan(float(A.critical_scale(tied)))
+
+
+def test_sink_matching_logit_is_the_median_first_key_logit_and_matches_softmax(tiny_loaded):
+    from normlimits.capture import capture_window
+    from normlimits.normalizers import sink_softmax
+
+    caps = [capture_window(tiny_loaded, (torch.arange(64) * k) % 250) for k in (1, 3)]
+    rows = [20, 40, 63]
+    b = A.sink_matching_logit(caps, rows)
+    layers, heads = caps[0].values.shape[:2]
+    assert b.shape == (layers, heads, 1, 1)
+    firsts = torch.cat([c.logits(torch.tensor(rows))[..., 0].double() for c in caps], -1)
+    assert torch.allclose(b[..., 0, 0], firsts.median(-1).values)
+    logits = caps[0].logits(torch.tensor(rows)).double()             # the identity it rests on
+    sink = sink_softmax(logits[..., 1:], sink=logits[..., :1])
+    assert torch.allclose(sink, torch.softmax(logits, -1)[..., 1:], atol=1e-14)
+    with pytest.raises(ValueError, match="no windows"):
+        A.sink_matching_logit([], rows)
+
+
+def _tiny_results(tiny_loaded, keys=("softmax", "ssmax", "sparsemax", "softmax1")):
+    from normlimits.capture import iter_captures
+
+    windows = torch.stack([torch.arange(64) % 250, (7 * torch.arange(64)) % 250])
+    return A.measure(iter_captures(tiny_loaded, windows), list(keys), tiny_config())
+
+
+def test_yardstick_verdict_values_follow_their_definitions(tiny_loaded):
+    res = _tiny_results(tiny_loaded)
+    v = A.yardstick_verdict(res, "ssmax", knee=4, margin=0.0)
+    e_k = float(res.max_weight_exponent("ssmax").median())
+    e_r = float(res.max_weight_exponent("softmax").median())
+    assert v.values["vanishing"] == {"exponent": e_k, "gain": e_k - e_r}
+    grid = list(res.config.n_grid)
+    sep_k = res.curve("ssmax", "separability")[grid.index(4):]
+    sep_r = res.curve("softmax", "separability")[grid.index(4):]
+    assert v.values["separability"]["every"] == float((sep_k >= sep_r).double().mean())
+    dec = res.decoupling("ssmax")
+    assert v.values["gradient"]["every"] == pytest.approx(float((dec["ratios"] <= 0.5).double().mean()))
+    crit_k, crit_r = res.critical_n("ssmax"), res.critical_n("softmax")
+    if crit_r is not None:
+        expected = math.log2((crit_k or 2 * max(grid)) / crit_r)
+        assert v.values["distance"]["later"] == pytest.approx(expected)
+    else:
+        assert math.isnan(v.values["distance"]["later"]) and v.reason["distance"]
+    same = A.yardstick_verdict(res, "softmax", knee=4)
+    assert same.values["vanishing"]["gain"] == 0.0 and same.values["separability"]["some"] == 0.0
+    assert set(v.measured) == {"vanishing", "distance", "separability", "gradient"}
+
+
+def test_summary_table_ranks_by_confirmed_yardsticks(tiny_loaded):
+    res = _tiny_results(tiny_loaded)
+    verdicts = {k: A.yardstick_verdict(res, k, knee=4) for k in ("ssmax", "sparsemax", "softmax1")}
+    ys = ("vanishing", "distance", "separability", "gradient")
+    graded = {("ssmax", y): "confirmed" for y in ys} | {("sparsemax", y): "corrected" for y in ys} \
+        | {("softmax1", y): "refuted" for y in ys}
+    graded[("softmax1", "gradient")] = "not testable"
+    labels = {"ssmax": "SSMax", "sparsemax": "sparsemax", "softmax1": "softmax_1"}
+    table = A.summary_table(verdicts, graded, labels)
+    assert list(table.index) == ["SSMax", "sparsemax", "softmax_1"]
+    assert list(table["score"]) == [4.0, 2.0, 0.0]
+    assert table.loc["softmax_1", "gradient"] == A.VERDICT_MARKS["not testable"]
+    text = A.verdict_overview(verdicts, graded, labels)
+    assert all(label in text for label in labels.values()) and text.count("*Rule:*") == 4
+    sweep = A.sweep_table(res, ["softmax", "ssmax"], [1, 2], "x", knee=4)
+    assert list(sweep.index) == [1, 2] and "crit. N/L" in sweep.columns
+
+
+def test_synthetic_exponents_check_the_proven_bounds():
+    from normlimits.normalizers import sink_normalizer
+
+    lengths = [32, 64, 128]
+    logits = V.synthetic_bounded_logits(lengths, 2.0, 64, seed=0)
+    nzs = [NORMALIZERS["softmax"], NORMALIZERS["sigmoid"], sink_normalizer(1.0), NORMALIZERS["ssmax"]]
+    table, outside = A.synthetic_exponents(nzs, lengths, {"u": (logits, 2.0)}, beta_max=2.42)
+    assert outside == 0 and list(table.index) == [nz.label for nz in nzs]
+    assert table[("exponent", "u")].loc["softmax"] < -0.8
+    _, wrong = A.synthetic_exponents(nzs[:1], lengths, {"u": (logits, 0.05)}, beta_max=2.42)
+    assert wrong > 0                                   # an understated bound is caught
+
+
+def test_row_properties(tiny_loaded):
+    from normlimits.capture import capture_window
+
+    cap = capture_window(tiny_loaded, torch.arange(64) % 250)
+    table = A.row_properties(cap.logits(torch.arange(0, 64, 8)), [NORMALIZERS["softmax"],
+                                                                  NORMALIZERS["softpick"]])
+    assert bool(table["masked keys at 0"].all())
+    assert abs(table.loc["softmax", "min row sum"] - 1) < 1e-9
+    assert table.loc["softpick", "visible keys at 0"] > 0
+
+
+# ------------------------------------------------------------------- theory of the newcomers
+def test_theory_newcomers():
+    nv = TA.newcomer_vanishing()
+    assert nv.sigmoid_scaled_limit == TA.sp.exp(TA.a) and nv.softpick_zero_row == 1
+    assert nv.stick_sum_check == 0 and nv.asentmax_gap_limit == 0
+    b = TA.sp.Symbol("b", positive=True)
+    assert TA.closes(nv.softpick_scaled_limit - (TA.sp.exp(TA.a) - 1) / (1 - TA.sp.exp(-b)))
+    nj = TA.newcomer_jacobians()
+    assert nj.sigmoid_max == TA.sp.Rational(1, 4) and nj.stick_one == TA.sp.Rational(1, 4)
+    assert nj.softpick_tie_limit == TA.sp.oo
+    cs = TA.critical_scaling()
+    rho = TA.sp.Symbol("rho", positive=True)
+    assert TA.closes(cs.gamma_c - 1 / (1 - rho)) and cs.below == 0 and cs.above == 1
+    assert TA.sink_match().difference == 0

@@ -221,6 +221,7 @@ def test_results_equal_the_functions_called_directly(small_run):
     """Lockstep streaming gives exactly what the chapters' functions give on the same windows."""
     from normlimits import distances, jacobian
     from normlimits.capture import iter_captures
+    from normlimits.critical_n import critical_n_search
 
     loaded, windows, result = small_run
     cfg = BenchConfig(length=windows.shape[1])
@@ -228,14 +229,14 @@ def test_results_equal_the_functions_called_directly(small_run):
     got = result.results["distance_vs_length"]
     for name, value in direct_l.fields.items():
         assert torch.equal(value, got.fields[name]), name
-    direct_c = distances.critical_n_search(iter_captures(loaded, windows), cfg.lengths,
-                                           alphas=cfg.alphas)
+    direct_c = critical_n_search(iter_captures(loaded, windows), cfg.lengths, protocol="last_row",
+                                 alphas=cfg.alphas)
     assert direct_c.critical == result.results["critical_n"].critical
     rows = torch.tensor(cfg.query_rows)
     direct_g = jacobian.sensitivity_profile((c.logits(rows) for c in iter_captures(loaded, windows)),
                                             cfg.temperatures, cfg.epsilons, seed=0)
     assert torch.equal(direct_g.g, result.results["gradient"].g)
-    from normlimits.separability import separability_sweep
+    from normlimits.separability_sweep import separability_sweep
 
     direct_s = separability_sweep(iter_captures(loaded, windows), cfg.separability_grid,
                                   kinds=("values",), rows=None, bounds=True)

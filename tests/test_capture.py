@@ -91,3 +91,40 @@ def test_bad_rows_and_lengths_are_refused(tiny_loaded):
         capture.weights(temperature=0.0)
     with pytest.raises(ValueError, match="beyond the model's context"):
         capture_window(tiny_loaded, torch.zeros(65, dtype=torch.long))
+
+
+def test_gpt2_captures_are_the_fused_c_attn_split_bit_for_bit(tiny_loaded):
+    """Through the attention registry, GPT-2's queries, keys and values are exactly the thirds of
+    its fused c_attn projection (what this module captured with forward hooks before)."""
+    model = tiny_loaded.model
+    fused = []
+    hooks = [block.attn.c_attn.register_forward_hook(lambda _m, _i, out: fused.append(out))
+             for block in model.transformer.h]
+    ids = torch.randint(0, 300, (24,))
+    try:
+        with torch.no_grad():
+            model.transformer(input_ids=ids[None], use_cache=False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    capture = capture_window(tiny_loaded, ids)
+    for layer, qkv in enumerate(fused):
+        q, k, v = (t.view(24, 4, 8).transpose(0, 1) for t in qkv[0].split(32, dim=-1))
+        assert torch.equal(capture.queries[layer], q) and torch.equal(capture.keys[layer], k)
+        assert torch.equal(capture.values[layer], v)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_logits_round_as_the_eager_layer_does(dtype):
+    """For half-precision captures (accelerators), logits are what eager attention computes,
+    ``matmul(q, k^T) * scaling`` in that dtype, bit for bit; weights come out in float32."""
+    from normlimits.capture import WindowCapture
+
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 3, 16, 8).to(dtype), torch.randn(2, 3, 16, 8).to(dtype)
+    scales = [8 ** -0.5, 8 ** -0.5 / 2]
+    capture = WindowCapture(q, k, k, torch.zeros(2, 16, 4), torch.tensor(scales))
+    eager = torch.stack([torch.matmul(q[i], k[i].transpose(-1, -2)) * scales[i] for i in range(2)])
+    eager = eager.masked_fill(~torch.ones(16, 16, dtype=torch.bool).tril(), float("-inf"))
+    assert capture.logits().dtype == dtype and torch.equal(capture.logits(), eager)
+    assert capture.weights().dtype == torch.float32

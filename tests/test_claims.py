@@ -148,3 +148,25 @@ def test_variants_are_separate_rows(tmp_path, monkeypatch):
     rows = json.loads((tmp_path / "vanishing.json").read_text())
     assert sorted(r["variant"] for r in rows) == ["a", "b"]
     assert claims.glue_key("NU", "standin-rope") == "verdict_NU_standin_rope"
+
+
+def test_alternatives_claims_are_generated_per_normaliser_and_yardstick():
+    from normlimits.claims import alternatives as CA
+
+    ids = claims.expected_claims("alternatives")
+    assert len(ids) == len(CA.ALTERNATIVES) * len(CA.YARDSTICKS) + 5
+    assert CA.claim_id("topk-sqrt", "gradient") in ids and "ALT-TOPK" in ids
+    rule = claims.claim("ALT-sigmoid-vanishing").rule
+    assert rule.grade({"exponent": -0.05, "gain": 0.4}) == "confirmed"
+    assert rule.grade({"exponent": -0.5, "gain": 0.2}) == "corrected"
+    assert rule.grade({"exponent": -0.95, "gain": -0.1}) == "refuted"
+    assert claims.claim("ALT-ssmax-distance").rule.grade({"later": 1.0}) == "confirmed"
+    assert claims.claim("ALT-ssmax-distance").rule.grade({"later": 0.0}) == "refuted"
+    sep = claims.claim("ALT-ssmax-separability").rule
+    assert [sep.grade({"every": s, "some": s}) for s in (1.0, 0.4, 0.0)] == ["confirmed", "corrected", "refuted"]
+    assert claims.claim("ALT-ssmax-gradient").rule.grade({"every": math.nan, "some": math.nan}) == "not testable"
+    assert "guideline 3" in claims.claim("ALT-sparsemax-gradient").paper
+    assert "book's question" in claims.claim("ALT-softpick-gradient").paper
+    assert claims.claim("ALT-TOPK").rule.grade({"sqrt_loss": 0.01, "exponent": 0.5}) == "confirmed"
+    assert claims.claim("ALT-TOPK").rule.grade({"sqrt_loss": 0.5, "exponent": 0.5}) == "corrected"
+    assert claims.claim("ALT-REM-renorm").rule.grade({"halves": 0.7, "reduces": 0.7}) == "corrected"

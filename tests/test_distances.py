@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
-from scipy.stats import ks_2samp
 
 from normlimits import distances as D
 
@@ -259,40 +258,10 @@ def test_sampled_expectation_matches_enumeration():
             assert abs(float(mean[a, r]) - exact) < 5 * float(se[a, r]) + 1e-12
 
 
-# ------------------------------------------------------------------------------------------
-# KS critical N and fits
-# ------------------------------------------------------------------------------------------
+def test_ks_critical_n_is_reexported():
+    from normlimits import critical_n
 
-
-def test_ks_matches_scipy_and_critical_is_first_pass():
-    rng = np.random.default_rng(0)
-    heads, grid = 40, [1, 2, 3, 5, 8]
-    shift = np.array([3.0, 1.5, 0.0, 0.8, 0.0])
-    a = rng.normal(size=(heads, len(grid))) + shift
-    b = rng.normal(size=(heads, len(grid)))
-    res = D.ks_critical_n(a, b, grid, alphas=(0.01, 0.05))
-    for j in range(len(grid)):
-        ref = ks_2samp(a[:, j], b[:, j])
-        assert res.statistic[j] == pytest.approx(ref.statistic)
-        assert res.pvalue[j] == pytest.approx(ref.pvalue)
-    for alpha in (0.01, 0.05):
-        first = next((n for n, p in zip(grid, res.pvalue) if p > alpha), None)
-        assert res.critical[alpha] == first
-    none = D.ks_critical_n(a[:, :1] + 100, b[:, :1], [1])
-    assert none.critical[0.01] is None
-
-
-def test_fit_and_grid():
-    fit = D.fit_critical_n([32, 64, 128, 256], [2, 4, 8, None])
-    assert fit.slope == pytest.approx(1 / 16)
-    assert fit.exponent == pytest.approx(1.0)
-    assert fit.prefactor == pytest.approx(1 / 16)
-    assert fit.points == 3
-    assert D.fit_critical_n([32], [2]) is None
-    grid = D.default_critical_grid(1024)
-    assert grid[:32] == list(range(1, 33)) and grid[-1] == 1024
-    assert grid == sorted(set(grid))
-    assert D.default_critical_grid(10) == list(range(1, 11))
+    assert D.ks_critical_n is critical_n.ks_critical_n
 
 
 # ------------------------------------------------------------------------------------------
@@ -340,34 +309,3 @@ def test_sweep_length_uses_rows_of_one_window():
         D.sweep_length(caps, [30])
     with pytest.raises(ValueError, match="no windows"):
         D.sweep_length([], [8])
-
-
-def test_position_average_matches_loop():
-    caps = [FakeCapture(seed=s, L=12) for s in range(2)]
-    res = D.position_average(caps, 10, [2, 3], rows_per_call=3)
-    expected = torch.zeros(2, 2, 2, dtype=DT)
-    for cap in caps:
-        for t in range(2, 10):                                  # rows with t + 1 >= max N
-            w = cap.weights(torch.tensor([t]))[..., :t + 1]
-            expected += D.distance_profile(w, cap.values[..., :t + 1, :], [2, 3]).true[..., 0, :]
-    torch.testing.assert_close(res.true[..., 0, :], expected / (8 * 2))
-
-
-def test_critical_n_search_matches_manual():
-    caps = [FakeCapture(seed=s, L=32, heads=4) for s in range(3)]
-    search = D.critical_n_search(iter(caps), [16, 32], n_grids={16: [1, 2, 4, 8]})
-    assert search.lengths == [16, 32]
-    assert len(search.tests[1].n_grid) == len(D.default_critical_grid(32))
-    t = 0
-    e = 0
-    for cap in caps:
-        w = cap.weights(torch.tensor([15]))[..., :16]
-        p = D.distance_profile(w, cap.values[..., :16, :], [1, 2, 4, 8])
-        t = t + p.true[..., 0, :].reshape(-1, 4)
-        e = e + p.expected_main[..., 0, :].reshape(-1, 4)
-    torch.testing.assert_close(search.true_means[0], t / 3)
-    torch.testing.assert_close(search.expected_means[0], e / 3)
-    ref = D.ks_critical_n(t / 3, e / 3, [1, 2, 4, 8])
-    assert search.critical[0.01][0] == ref.critical[0.01]
-    assert all((u >= e_ - 1e-12).all() for u, e_ in zip(search.rms_means, search.expected_means))
-    assert set(search.critical_rms) == {0.01, 0.05}

@@ -38,14 +38,15 @@ def test_missing_directory(tmp_path):
         load_model(str(tmp_path / "nowhere"))
 
 
-def test_non_gpt2_architecture_is_refused(tmp_path):
-    from transformers import LlamaConfig, LlamaForCausalLM
+def test_a_family_with_alibi_is_refused_naming_it(tmp_path):
+    """Families other than GPT-2 load (tests/test_capture_families.py); one whose logits carry
+    ALiBi biases is refused, naming the setting and what is not supported."""
+    from transformers import BloomConfig, BloomForCausalLM
 
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
-    LlamaForCausalLM(config).save_pretrained(tmp_path)
-    with pytest.raises(ModelError, match="GPT-2-architecture"):
+    BloomForCausalLM(BloomConfig(vocab_size=64, hidden_size=32, n_layer=1, n_head=2)).save_pretrained(tmp_path)
+    with pytest.raises(models.UnsupportedModelError, match="ALiBi") as info:
         load_model(str(tmp_path))
+    assert f"NORMLIMITS_MODEL='{tmp_path}'" in str(info.value)
 
 
 def test_saved_gpt2_loads_through_the_hub_code_path(tmp_path, monkeypatch):

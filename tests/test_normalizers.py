@@ -79,7 +79,8 @@ def sa_reference(z: list[float]) -> list[float]:
 def test_registry_order_and_lookup():
     assert NAMES[0] == "softmax"
     assert set(NAMES) == {"softmax", "sparsemax", "entmax15", "ssmax", "softmax1", "adaptive",
-                          "sa-softmax"}
+                          "sa-softmax", "softpick", "sigmoid", "stickbreaking", "asentmax",
+                          "topk-sqrt", "topk-log2"}
     assert N.get_normalizer("sparsemax") is NORMALIZERS["sparsemax"]
     assert N.get_normalizer(NORMALIZERS["ssmax"]) is NORMALIZERS["ssmax"]
     with pytest.raises(KeyError, match="registered: softmax"):
@@ -110,8 +111,11 @@ def test_rows_sum_to_one_where_they_should(name):
     total = nz(z).sum(-1)
     if nz.sums_to_one:
         assert torch.allclose(total, torch.ones_like(total), atol=1e-12)
+    elif name == "sigmoid":                                   # no competition: any sum
+        assert bool((total >= 0).all()) and bool((total > 1).any())
     else:
-        assert bool((total < 1).all()) and bool((total >= 0).all())
+        assert bool((total <= 1 + 1e-12).all()) and bool((total >= 0).all())
+        assert bool((total < 1 - 1e-6).any())
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -304,7 +308,8 @@ def test_gradients_finite_and_zero_at_masked_keys(name):
     assert torch.all(z.grad[~torch.isfinite(z.detach())] == 0)
 
 
-@pytest.mark.parametrize("name", ["softmax", "ssmax", "softmax1", "adaptive", "sa-softmax"])
+@pytest.mark.parametrize("name", ["softmax", "ssmax", "softmax1", "adaptive", "sa-softmax", "softpick",
+                                  "sigmoid", "stickbreaking", "topk-sqrt", "topk-log2"])
 def test_forward_mode_gradients_finite(name):
     z = random_masked(rows=7, keys=9, seed=12)
     tangent = torch.where(torch.isfinite(z), torch.randn_like(z), torch.zeros_like(z))
@@ -313,8 +318,7 @@ def test_forward_mode_gradients_finite(name):
     assert torch.all(jv[~torch.isfinite(z)] == 0)
 
 
-@pytest.mark.parametrize("name", ["softmax", "ssmax", "softmax1", "adaptive", "sa-softmax",
-                                  "sparsemax", "entmax15"])
+@pytest.mark.parametrize("name", NAMES)
 def test_gradcheck_away_from_kinks(name):
     # distinct logits, entropy away from the adaptive threshold, no ties at SA's min/max,
     # no logit at a sparsemax/entmax threshold
@@ -349,3 +353,149 @@ def test_escaping_normalisers_keep_a_constant_top_weight(keys):
     s = 1 / math.log(32)
     expected = 1 / (1 + (keys - 1) * keys ** (-2 * s * a))
     assert abs(float(N.scalable_softmax(z)[0]) - expected) < 1e-12
+
+
+# ------------------------------------------------------------------- the normalisers since 2024
+def softpick_reference(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """The reference ``softpick`` of ``naive_softpick_attn.py`` (zaydzuhri/softpick-attention),
+    transcribed: shift by the row max, masked keys out of the denominator, eps added."""
+    x_m = torch.max(x, dim=-1, keepdim=True).values
+    x_e_1 = torch.exp(x - x_m) - torch.exp(-x_m)
+    a = torch.where(x.isfinite(), torch.abs(x_e_1), torch.zeros_like(x_e_1))
+    return torch.relu(x_e_1) / (a.sum(-1, keepdim=True) + eps)
+
+
+def test_softpick_matches_the_reference_and_its_formula():
+    z = random_masked(rows=12, keys=10, seed=21, scale=3.0)
+    ours = N.softpick(z)
+    assert torch.allclose(ours, softpick_reference(z), atol=1e-7)
+    vis = torch.isfinite(z)
+    e = torch.where(vis, torch.exp(torch.where(vis, z, 0.0)) - 1, torch.zeros_like(z))
+    formula = torch.relu(e) / e.abs().sum(-1, keepdim=True)
+    assert torch.allclose(ours, formula, atol=1e-12)
+    assert bool((ours[vis & (z <= 0)] == 0).all())                        # rectified: exact zeros
+    neg = torch.tensor([-1.0, -2.0, -0.5], dtype=torch.float64)
+    assert torch.equal(N.softpick(neg), torch.zeros(3, dtype=torch.float64))  # attends to nothing
+    big = torch.tensor([900.0, 899.0, -3.0], dtype=torch.float64)            # no overflow
+    assert torch.isfinite(N.softpick(big)).all() and float(N.softpick(big).sum()) <= 1
+    zero = torch.zeros(4, dtype=torch.float64)
+    assert torch.equal(N.softpick(zero), zero)                              # 0/0 row -> zeros
+
+
+def test_sigmoid_attention_has_bias_minus_log_n():
+    z = random_masked(rows=8, keys=10, seed=22)
+    w = N.sigmoid_attention(z)
+    n = torch.isfinite(z).sum(-1, keepdim=True).double()
+    expected = torch.where(torch.isfinite(z), torch.sigmoid(z - torch.log(n)), torch.zeros_like(z))
+    assert torch.allclose(w, expected, atol=1e-15)
+    assert torch.allclose(N.sigmoid_attention(z, n=1024), torch.where(
+        torch.isfinite(z), torch.sigmoid(z - math.log(1024)), torch.zeros_like(z)), atol=1e-15)
+    flat = torch.zeros(500, dtype=torch.float64)                            # every weight ~ 1/n
+    assert torch.allclose(N.sigmoid_attention(flat), torch.full((500,), 1 / 501, dtype=torch.float64))
+
+
+def stick_reference(z: list[float]) -> list[float]:
+    """Stick-breaking in loops: the last key breaks first, w_i = b_i prod_{k > i} (1 - b_k)."""
+    betas = [1 / (1 + math.exp(-v)) for v in z]
+    out, remaining = [0.0] * len(z), 1.0
+    for i in reversed(range(len(z))):
+        out[i] = betas[i] * remaining
+        remaining *= 1 - betas[i]
+    return out
+
+
+@given(st.lists(st.floats(-12, 12), min_size=1, max_size=15))
+@settings(max_examples=120, deadline=None)
+def test_stick_breaking_matches_the_loop(values):
+    z = torch.tensor(values, dtype=torch.float64)
+    w = N.stick_breaking(z)
+    assert torch.allclose(w, torch.tensor(stick_reference(values), dtype=torch.float64), atol=1e-12)
+    betas = torch.sigmoid(z)
+    assert abs(float(w.sum()) - (1 - float(torch.prod(1 - betas)))) < 1e-12
+
+
+def test_stick_breaking_masked_keys_do_not_break_the_stick_and_order_matters():
+    z = torch.tensor([1.0, -0.5, 2.0, 0.3], dtype=torch.float64)
+    padded = torch.cat([z, torch.full((3,), NEG_INF, dtype=torch.float64)])
+    assert torch.allclose(N.stick_breaking(padded)[:4], N.stick_breaking(z), atol=0)
+    assert not torch.allclose(N.stick_breaking(z.flip(0)).flip(0), N.stick_breaking(z))
+    # recency: equal logits favour the last key
+    w = N.stick_breaking(torch.zeros(6, dtype=torch.float64))
+    assert bool((w[1:] > w[:-1]).all()) and abs(float(w[-1]) - 0.5) < 1e-15
+
+
+def test_asentmax_is_entmax_of_scaled_logits_per_the_entmax_package():
+    z = random_masked(rows=10, keys=12, seed=23)
+    w = N.asentmax(z)
+    n = torch.isfinite(z).sum(-1, keepdim=True).double()
+    scale = 1 + torch.log(n + 1) / math.log(32)
+    for r in range(z.shape[0]):
+        vis = torch.isfinite(z[r])
+        ref = entmax.entmax_bisect(scale[r] * z[r, vis], alpha=1.5, n_iter=100)
+        assert torch.allclose(w[r, vis], ref, atol=1e-6)
+    assert torch.allclose(N.asentmax(z, beta=0.0), N.entmax15(z), atol=1e-12)   # beta = 0: entmax
+    assert torch.allclose(N.asentmax_scale(torch.tensor(31.0)), torch.tensor(2.0), atol=1e-12)
+    with pytest.raises(ValueError, match="delta"):
+        N.asentmax(z, delta=0.0)
+
+
+@pytest.mark.parametrize("rule, reference", [("sqrt", lambda n: math.isqrt(n - 1) + 1),
+                                             ("log2", lambda n: max((n - 1).bit_length(), 1))])
+def test_topk_sizes_are_exact_ceilings(rule, reference):
+    counts = torch.arange(1, 5000, dtype=torch.float64)
+    sizes = N.topk_size(counts, rule)
+    assert sizes.tolist() == [float(min(reference(int(n)), int(n))) for n in counts]
+    assert N.topk_size(torch.tensor(10.0), 3) == 3 and N.topk_size(torch.tensor(2.0), 5) == 2
+    with pytest.raises(ValueError, match="unknown top-k rule"):
+        N.topk_size(counts, "cube")
+    with pytest.raises(ValueError, match="k >= 1"):
+        N.topk_size(counts, 0)
+
+
+def test_topk_softmax_keeps_exactly_k_with_ties_to_the_lower_index():
+    z = random_masked(rows=20, keys=40, seed=24)
+    for rule in ("sqrt", "log2"):
+        w = N.topk_softmax(z, rule=rule)
+        n = torch.isfinite(z).sum(-1).double()
+        assert torch.equal((w > 0).sum(-1).double(), N.topk_size(n, rule))
+        for r in range(z.shape[0]):
+            k = int(N.topk_size(n[r], rule))
+            top = torch.topk(z[r], k).indices
+            expected = torch.zeros_like(z[r])
+            expected[top] = torch.softmax(z[r, top], -1)
+            assert torch.allclose(w[r], expected, atol=1e-14)
+    tied = torch.tensor([1.0, 3.0, 1.0, 1.0, 0.0], dtype=torch.float64)     # k = 3: keys 1, 0, 2
+    w = N.topk_softmax(tied, rule="sqrt")
+    assert torch.equal(w > 0, torch.tensor([True, True, True, False, False]))
+
+
+def test_sink_matches_transformers_gpt_oss_attention_and_softmax_one():
+    from types import SimpleNamespace
+
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+
+    gen = torch.Generator().manual_seed(25)
+    heads, length = 3, 6
+    q = torch.randn(1, heads, length, 4, generator=gen, dtype=torch.float64)
+    k = torch.randn(1, heads, length, 4, generator=gen, dtype=torch.float64)
+    sinks = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    module = SimpleNamespace(num_key_value_groups=1, sinks=sinks, training=False)
+    mask = torch.full((length, length), NEG_INF, dtype=torch.float64).triu(1)
+    _, reference = eager_attention_forward(module, q, k, torch.eye(length, dtype=torch.float64)
+                                           .expand(1, heads, length, length), mask, scaling=0.5)
+    logits = (q @ k.transpose(-1, -2) * 0.5 + mask)[0]                      # [heads, L, L]
+    ours = N.sink_softmax(logits, sink=sinks.reshape(heads, 1, 1))
+    assert torch.allclose(ours, reference[0], atol=1e-14)
+    assert torch.allclose(N.sink_normalizer(0.0)(logits), N.softmax_one(logits), atol=1e-14)
+    per_head = N.sink_normalizer(sinks.reshape(heads, 1, 1))
+    assert per_head.label == "sink (b per head)" and per_head.key == "sink"
+    assert N.sink_normalizer(2.0).key == "sink-b2"
+    with pytest.raises(ValueError, match="finite"):
+        N.sink_softmax(logits, sink=float("-inf"))
+
+
+def test_ssmax_gamma_variant_is_ssmax_with_that_scale():
+    z = random_masked(rows=6, keys=9, seed=26)
+    nz = N.ssmax_gamma_normalizer(0.8)
+    assert torch.allclose(nz(z), N.scalable_softmax(z, s=0.8), atol=0)
+    assert nz.key == "ssmax-g0.8" and nz.options == {"s": 0.8}

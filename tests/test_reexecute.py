@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from normlimits import ledger
+from normlimits.pages import notebook_pages
 
 pytestmark = pytest.mark.book
 
@@ -26,34 +26,9 @@ WINDOWS = "2"
 CELL_TIMEOUT = 1500
 
 
-def toc_files(toc: dict) -> list[str]:
-    """Every ``file:`` entry of a jb-book table of contents, in reading order."""
-    found: list[str] = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                found.append(node["file"])
-            for key in ("parts", "chapters", "sections"):
-                for child in node.get(key) or ():
-                    walk(child)
-
-    found.append(toc["root"])
-    walk(toc)
-    return found
-
-
 def notebook_chapters() -> list[Path]:
     """The book's pages that are notebooks (jupytext front matter with a kernelspec)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    chapters = []
-    for name in toc_files(toc):
-        path = ROOT / f"{name}.md"
-        if path.is_file():
-            head = re.match(r"---\n(.*?)\n---", path.read_text()[:2000], re.S)
-            if head and "kernelspec" in head.group(1):
-                chapters.append(path)
-    return chapters
+    return notebook_pages(ROOT)
 
 
 GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`]+)`")

@@ -1,4 +1,4 @@
-"""Tests for geometric separability N_s (paper Eq. 10) and the book's Theorem 2."""
+"""Tests for geometric separability N_s (paper Eq. 10) and Assumption 2's delta."""
 
 from __future__ import annotations
 
@@ -9,30 +9,14 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from normlimits import separability as S
-from normlimits.theory import separability as TS
 
 SEEDS = st.integers(min_value=0, max_value=2**31 - 1)
 
 
 # ----------------------------------------------------------------------- slow references
 def reference_fraction(weights, vectors, rows, grid, causal=True):
-    """Obviously correct N_s/N: loops over batch, rows and N; sorts each row by (-alpha, index)."""
-    b_count, r_count, length = weights.shape
-    out = torch.full((b_count, r_count, len(grid)), float("nan"), dtype=torch.float64)
-    for b in range(b_count):
-        x = vectors[b] if vectors.shape[0] > 1 else vectors[0]
-        for ri, t in enumerate(rows):
-            visible = list(range(t + 1)) if causal else list(range(length))
-            order = sorted(visible, key=lambda j: (-float(weights[b, ri, j]), j))
-            for g, n in enumerate(grid):
-                if len(visible) <= n:
-                    continue
-                selected, others = order[:n], order[n:]
-                s = sum(weights[b, ri, i] * x[i] for i in selected)
-                r = min(float(torch.linalg.norm(weights[b, ri, j] * x[j] - s)) for j in others)
-                inside = [float(torch.linalg.norm(weights[b, ri, i] * x[i] - s)) < r for i in selected]
-                out[b, ri, g] = sum(inside) / n
-    return out
+    """Obviously correct N_s/N (loops; sorts each row by (-alpha, index))."""
+    return S.reference_fraction(weights, vectors, rows, grid, causal=causal)
 
 
 def causal_softmax(logits):
@@ -82,6 +66,25 @@ def test_rows_subset_unsorted_and_shared_vectors():
     ref = reference_fraction(weights_all[:, rows], shared, rows.tolist(), [1, 2, 4, 6])
     assert torch.equal(res.fraction.nan_to_num(-1), ref.nan_to_num(-1))
     assert res.fraction.shape == (heads, 6, 4)
+
+
+@pytest.mark.parametrize("method", ["direct", "gram"])
+def test_shared_wide_vectors_both_methods(method):
+    """Vectors shared by every head and wider than K (the hidden states): the Gram route."""
+    gen = torch.Generator().manual_seed(30)
+    heads, length, dim = 3, 28, 40
+    weights = causal_softmax(2 * torch.randn(heads, length, length, generator=gen, dtype=torch.float64))
+    shared = torch.randn(1, length, dim, generator=gen, dtype=torch.float64)
+    grid = [1, 2, 5, 9]
+    res = S.geometric_separability(weights, shared, grid, method=method, row_chunk=7, block_elements=50)
+    ref = reference_fraction(weights, shared, list(range(length)), grid)
+    assert torch.equal(res.fraction.nan_to_num(-1), ref.nan_to_num(-1))
+    auto = S.geometric_separability(weights, shared, grid)  # d = 40 > K = 9: the Gram route
+    assert torch.allclose(auto.radius, res.radius, equal_nan=True)
+    with pytest.raises(ValueError, match="shared"):
+        S.geometric_separability(weights, shared.expand(heads, -1, -1).clone(), grid, method="gram")
+    with pytest.raises(ValueError, match="method"):
+        S.geometric_separability(weights, shared, grid, method="fast")
 
 
 def test_leading_dims_and_non_causal():
@@ -165,280 +168,105 @@ def test_bad_shapes_and_rows():
         S.geometric_separability(weights, torch.randn(3, 10, 2, dtype=torch.float64), [1])
 
 
-def test_projection_and_min_distance():
+def test_projection():
     gen = torch.Generator().manual_seed(10)
     x = torch.randn(3, 15, 4, generator=gen, dtype=torch.float64)
     p = S.project_to_sphere(x, 2.0)
     assert torch.allclose(p.norm(dim=-1), torch.full((3, 15), 2.0, dtype=torch.float64))
-    md = S.min_pairwise_distance(p)
-    brute = torch.tensor([min(float((p[b, i] - p[b, j]).norm()) for i in range(15) for j in range(15) if i != j)
-                          for b in range(3)], dtype=torch.float64)
-    assert torch.allclose(md, brute)
     with pytest.raises(ValueError, match="zero vector"):
         S.project_to_sphere(torch.zeros(2, 3))
     with pytest.raises(ValueError, match="M must be"):
         S.project_to_sphere(x, 0.0)
 
 
-# ----------------------------------------------------------------------- multi-head coverage
-def reference_coverage(res, head_p):
-    heads, rows, g_count = res.fraction.shape
-    out_cov = torch.full((heads, rows, g_count), float("nan"))
-    out_ind = torch.full((heads, rows, g_count), float("nan"))
-    out_sel = torch.full((heads, rows, g_count), float("nan"))
-    for r in range(rows):
-        for g, n in enumerate(res.n_grid.tolist()):
-            if math.isnan(float(res.fraction[0, r, g])):
-                continue
-            top = [set(res.order[h, r, :n].tolist()) for h in range(heads)]
-            dist = [{int(res.order[h, r, k]) for k in range(n) if res.distinguishable[h, r, g, k]}
-                    for h in range(heads)]
-            covered = set().union(*dist)
-            for h in range(heads):
-                out_cov[h, r, g] = len(top[h] & covered) / n
-                out_sel[h, r, g] = sum(sum(j in top[o] for o in range(heads)) for j in top[h]) / n
-                pred = [1 - math.prod(1 - float(head_p[o, g]) for o in range(heads) if j in top[o])
-                        for j in top[h]]
-                out_ind[h, r, g] = sum(pred) / n
-    return out_cov, out_sel, out_ind
+# ----------------------------------------------------------------------- delta (Assumption 2)
+def brute_delta(x):
+    """Every pair, one at a time, in float64."""
+    x = x.double()
+    return torch.tensor([min(float((x[b, i] - x[b, j]).norm()) for i in range(x.shape[1])
+                             for j in range(x.shape[1]) if i != j) for b in range(x.shape[0])],
+                        dtype=torch.float64)
 
 
-def test_multihead_coverage_matches_reference():
-    weights, vectors = random_problem(11, batch=4, length=22, dim=3, scale=1.0)
-    res = S.geometric_separability(weights, vectors, [1, 3, 7], keep_selection=True)
-    cov = S.multihead_coverage(res)
-    head_p = torch.nanmean(res.fraction.float(), dim=1)
-    ref_cov, ref_sel, ref_ind = reference_coverage(res, head_p)
-    assert torch.allclose(cov.coverage, ref_cov, equal_nan=True)
-    assert torch.allclose(cov.selecting_heads, ref_sel, equal_nan=True)
-    assert torch.allclose(cov.independent_given_selection, ref_ind, atol=1e-6, equal_nan=True)
-    ok = ~cov.coverage.isnan()
-    assert torch.all(cov.coverage[ok] >= cov.own[ok] - 1e-7)  # a head covers its own tokens
-    with pytest.raises(ValueError, match="keep_selection"):
-        S.multihead_coverage(S.geometric_separability(weights, vectors, [1, 3]))
+@pytest.mark.parametrize("shape,sphere", [((3, 15, 4), True), ((2, 60, 64), True),
+                                          ((1, 80, 768), True), ((4, 30, 3), False)])
+def test_min_distance_is_the_exact_minimum(shape, sphere):
+    gen = torch.Generator().manual_seed(shape[1])
+    x = torch.randn(*shape, generator=gen) * (1.0 if sphere else 30.0)
+    if sphere:
+        x = S.project_to_sphere(x)
+    fast = S.min_pairwise_distance(x)
+    assert fast.dtype == torch.float64 and fast.shape == shape[:1]
+    assert torch.equal(fast, S.min_pairwise_distance_reference(x))
+    assert torch.allclose(fast, brute_delta(x), rtol=1e-14, atol=0)
 
 
-# ----------------------------------------------------------------------- theory: sympy
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_derivation_closes(n):
-    der = TS.derive(n)
-    assert der.second_closes and der.fourth_closes and der.variance_closes
-    assert der.holder_closes and der.sep_closes and der.mcdiarmid_closes
+def test_min_distance_near_ties_and_duplicates():
+    """Pairs closer than the float32 screen can resolve: the float64 check must pick the right one."""
+    gen = torch.Generator().manual_seed(11)
+    x = S.project_to_sphere(torch.randn(2, 200, 64, generator=gen, dtype=torch.float64))
+    eps = 1e-9
+    x[0, 5] = S.project_to_sphere(x[0, 7] + eps * torch.randn(64, generator=gen, dtype=torch.float64))
+    x[0, 9] = S.project_to_sphere(x[0, 11] + 1.0001 * eps * torch.randn(64, generator=gen, dtype=torch.float64))
+    x[1, 3] = x[1, 150]  # an exact duplicate: delta = 0
+    fast = S.min_pairwise_distance(x)
+    assert torch.equal(fast, S.min_pairwise_distance_reference(x))
+    assert float(fast[1]) == 0.0 and 0 < float(fast[0]) < 1e-7
+    # a near tie far below float32 resolution, in a float32 input (the chapter's case)
+    y = S.project_to_sphere(torch.randn(1, 300, 48, generator=gen))
+    y[0, 10] = y[0, 20]
+    y[0, 10, 0] += 3e-7
+    y[0, 30] = y[0, 40]
+    y[0, 30, 1] += 2e-7
+    assert torch.equal(S.min_pairwise_distance(y), S.min_pairwise_distance_reference(y))
 
 
-def test_derivation_rejects_bad_n():
-    with pytest.raises(ValueError):
-        TS.derive(0)
+@settings(max_examples=25, deadline=None)
+@given(seed=SEEDS, length=st.integers(2, 40), dim=st.integers(1, 20), scale=st.floats(1e-3, 1e3),
+       clusters=st.integers(1, 5))
+def test_min_distance_property(seed, length, dim, scale, clusters):
+    """Clustered points (many near ties) at any scale: the screen never loses the closest pair."""
+    gen = torch.Generator().manual_seed(seed)
+    centres = torch.randn(clusters, dim, generator=gen, dtype=torch.float64)
+    x = centres[torch.randint(clusters, (length,), generator=gen)]
+    x = scale * (x + 1e-6 * torch.randn(length, dim, generator=gen, dtype=torch.float64))
+    got = S.min_pairwise_distance(x[None], pair_chunk=3)
+    assert torch.allclose(got, brute_delta(x[None]), rtol=1e-13, atol=0)
 
 
-def test_moment_rules_by_monte_carlo():
-    """E X^2 = M^2 q and E X^4 = M^4 (q^2 + 2 (q^2 - p)/d): the rules sympy used, checked numerically."""
+def test_min_distance_falls_back_without_full_float32_precision():
     gen = torch.Generator().manual_seed(12)
-    a = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)
-    for dim, m in ((3, 1.0), (10, 2.0)):
-        pts = TS.sample_sphere(400_000, 4, dim, sphere_radius=m, generator=gen)
-        x2 = ((a[:, None] * pts).sum(-2) ** 2).sum(-1)
-        q, p = float((a**2).sum()), float((a**4).sum())
-        assert math.isclose(float(x2.mean()), m**2 * q, rel_tol=0.01)
-        assert math.isclose(float((x2**2).mean()), m**4 * (q * q + 2 * (q * q - p) / dim), rel_tol=0.02)
+    x = S.project_to_sphere(torch.randn(2, 50, 16, generator=gen))
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        assert torch.equal(S.min_pairwise_distance(x), S.min_pairwise_distance_reference(x))
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
-# ----------------------------------------------------------------------- theory: bounds
-WEIGHTS = st.lists(st.floats(0.01, 1.0), min_size=2, max_size=10)
-
-
-def sorted_weights(raw, normalise):
-    a = torch.tensor(sorted(raw, reverse=True), dtype=torch.float64)
-    return a / a.sum() if normalise else a
-
-
-@settings(max_examples=30, deadline=None)
-@given(raw=WEIGHTS, normalise=st.booleans(), dim=st.integers(2, 24), m=st.floats(0.5, 3.0),
-       r_frac=st.floats(0.05, 1.5), seed=SEEDS)
-def test_bounds_hold_by_monte_carlo(raw, normalise, dim, m, r_frac, seed):
-    a = sorted_weights(raw, normalise)
-    n = a.numel()
-    r = r_frac * m * float(a.sum())  # radii across the range of X_i (0 <= X_i <= M sum alpha)
-    b = TS.theorem2_bounds(a, [n], r, sphere_radius=m, dim=dim)
-    mc = TS.monte_carlo_fraction(a, r, dim, n_samples=6000, sphere_radius=m, seed=seed % 10**6)
-    tol = 5 * mc.stderr + 2e-3
-    assert float(b.lower) - tol <= mc.mean <= float(b.upper) + tol
-    assert float(b.lower_markov) <= float(b.lower) + 1e-12
-    assert float(b.upper) <= float(b.upper_exponential) + 1e-12
-
-
-@settings(max_examples=40, deadline=None)
-@given(raw=WEIGHTS, dim=st.integers(1, 64), m=st.floats(0.1, 5.0), r=st.floats(1e-3, 5.0))
-def test_lower_never_exceeds_upper(raw, dim, m, r):
-    """Both bound the same expectation, so lower <= upper must hold for any input."""
-    a = sorted_weights(raw, True)
-    b = TS.theorem2_bounds(a, list(range(1, a.numel() + 1)), r, sphere_radius=m, dim=dim)
-    assert torch.all(b.lower <= b.upper + 1e-12)
-    assert torch.all((b.lower >= -1e-12) & (b.upper <= 1 + 1e-12))
-
-
-@settings(max_examples=40, deadline=None)
-@given(raw=WEIGHTS, dim=st.integers(2, 16), seed=SEEDS)
-def test_separation_bound_is_sure(raw, dim, seed):
-    """X_i <= xi_i^delta for EVERY configuration whose pairs are >= delta apart (no expectation)."""
-    a = sorted_weights(raw, True)
-    n = a.numel()
-    gen = torch.Generator().manual_seed(seed)
-    pts = TS.sample_sphere(50, n, dim, sphere_radius=1.3, generator=gen)
-    delta = TS._min_separation(pts)  # [50], each sample's own minimum separation
-    y = a[:, None] * pts
-    x_i = (y.sum(-2, keepdim=True) - y).norm(dim=-1)  # [50, n]
-    w_o, q_o, _, _ = TS.spread_terms(a, [n])
-    xi_d = (1.3**2 * w_o**2 - delta[:, None, None] ** 2 / 2 * (w_o**2 - q_o)).sqrt()[:, 0, :]
-    assert torch.all(x_i <= xi_d + 1e-12)
-    radii = x_i.max(-1).values + 1e-9  # every X_i inside
-    sure = TS.separation_lower_bound(a.expand(50, n), [n], radii[:, None], sphere_radius=1.3,
-                                     delta=delta)
-    counted = TS.counted_inside(pts, a, radii[:, None])
-    assert torch.all(sure[:, 0] <= counted + 1e-12)
-
-
-def test_bounds_under_rejection_model():
-    """Both assumptions at once: points drawn by rejection; bounds carry the 1/(1 - eta) factor."""
-    a = torch.softmax(torch.tensor([2.0, 1.5, 1.0, 0.8, 0.5, 0.2, 0.0, -0.3]), 0).double()
-    dim, delta = 8, 0.5
-    eta = TS.separation_failure_bound(a.numel(), dim, delta)
-    assert 0 < eta < 0.5
-    for r in (0.2, 0.35, 0.5, 0.7):
-        mc = TS.monte_carlo_fraction(a, r, dim, n_samples=8000, delta=delta, seed=1)
-        assert 1 - mc.acceptance <= eta + 0.02  # the union bound bounds the rejection rate
-        b = TS.theorem2_bounds(a, [8], r, dim=dim, delta=delta, failure=eta)
-        tol = 5 * mc.stderr + 2e-3
-        assert float(b.lower) - tol <= mc.mean <= float(b.upper) + tol
-
-
-def test_pair_probability_matches_monte_carlo():
-    gen = torch.Generator().manual_seed(13)
-    for dim, delta in ((3, 0.5), (8, 1.0), (5, 1.6)):
-        pts = TS.sample_sphere(200_000, 2, dim, generator=gen)
-        freq = float(((pts[:, 0] - pts[:, 1]).norm(dim=-1) < delta).double().mean())
-        assert abs(freq - TS.pair_closer_probability(dim, delta)) < 4e-3
-    assert TS.pair_closer_probability(4, 2.5) == 1.0 and TS.pair_closer_probability(4, 0.0) == 0.0
-    with pytest.raises(ValueError):
-        TS.pair_closer_probability(1, 0.5)
-
-
-def test_paper_shaped_upper_is_violated():
-    """An upper bound on E X_i in the exponent (the paper's delta-argument) breaks the bound (T6)."""
-    n, dim = 16, 64
-    a = torch.full((n,), 1.0 / n, dtype=torch.float64)
-    r = 0.3
-    mc = TS.monte_carlo_fraction(a, r, dim, n_samples=4000, seed=2)
-    shaped = float(TS.paper_shaped_upper(a, [n], r, delta=0.1))
-    assert mc.mean > shaped + 10 * mc.stderr + 0.05
-    ours = TS.theorem2_bounds(a, [n], r, dim=dim)
-    assert float(ours.upper) >= mc.mean - 5 * mc.stderr
-
-
-def test_bound_input_errors():
-    a = torch.tensor([0.6, 0.4], dtype=torch.float64)
-    with pytest.raises(ValueError, match="M must"):
-        TS.theorem2_bounds(a, [2], 0.5, sphere_radius=0.0, dim=3)
+def test_min_distance_errors_and_margin():
+    with pytest.raises(ValueError, match="two vectors"):
+        S.min_pairwise_distance(torch.randn(1, 4))
+    with pytest.raises(ValueError, match="inf or NaN"):
+        S.min_pairwise_distance(torch.tensor([[0.0, 1.0], [float("nan"), 0.0]]))
+    with pytest.raises(ValueError, match="pair_chunk"):
+        S.min_pairwise_distance(torch.randn(3, 2), pair_chunk=0)
     with pytest.raises(ValueError, match="dimension"):
-        TS.theorem2_bounds(a, [2], 0.5, dim=0)
-    with pytest.raises(ValueError, match="eta"):
-        TS.theorem2_bounds(a, [2], 0.5, dim=3, failure=1.0)
-    with pytest.raises(ValueError, match="ranks"):
-        TS.spread_terms(a, [3])
+        S.screen_margin(0)
+    assert S.screen_margin(64) > (2 * 64 + 10) * S.FLOAT32_UNIT  # the bound with its 5% slack
 
 
-def test_model_check_guard_fails_on_violation():
-    """The chapter's guard (normlimits.book.check_bound) raises on a violated bound."""
-    from normlimits.book import check_bound
-
-    with pytest.raises(AssertionError, match="below the lower"):
-        check_bound(torch.tensor([0.2, 0.5]), lower=torch.tensor([0.3, 0.1]), name="sure bound")
-
-
-# ----------------------------------------------------------------------- sweeps and plateau
-def fake_capture(seed, layers=2, heads=3, length=40, dim=5, width=8):
-    from normlimits.capture import WindowCapture
-
-    gen = torch.Generator().manual_seed(seed)
-    return WindowCapture(queries=2 * torch.randn(layers, heads, length, dim, generator=gen),
-                         keys=torch.randn(layers, heads, length, dim, generator=gen),
-                         values=torch.randn(layers, heads, length, dim, generator=gen),
-                         hidden=torch.randn(layers, length, width, generator=gen),
-                         scale=torch.full((layers,), dim**-0.5))
-
-
-def test_layer_weights_match_capture():
-    cap = fake_capture(20)
-    rows = torch.tensor([0, 7, 39])
-    for layer in range(2):
-        assert torch.allclose(S.layer_weights(cap, layer, rows), cap.weights(rows)[layer], atol=1e-6)
-        assert torch.allclose(S.layer_weights(cap, layer), cap.weights()[layer], atol=1e-6)
-
-
-def test_sweep_matches_direct_computation():
-    caps = [fake_capture(21), fake_capture(22)]
-    grid = [1, 2, 4, 8]
-    sw = S.separability_sweep(caps, grid, kinds=S.VECTOR_KINDS, multihead=True)
-    assert sw.windows == 2 and sw.kinds == S.VECTOR_KINDS
-    direct = []
-    for cap in caps:
-        per_layer = []
-        for layer in range(2):
-            res = S.geometric_separability(cap.weights()[layer], S.project_to_sphere(cap.values[layer]), grid)
-            per_layer.append(torch.nanmean(res.fraction.double(), dim=-2))
-        direct.append(torch.stack(per_layer))
-    assert torch.allclose(sw.fraction["values"], torch.stack(direct).mean(0))
-    assert torch.allclose(sw.fraction_windows["values"], torch.stack(direct))
-    for kind in ("values", "hidden", "uniform"):
-        assert sw.sure_violations[kind] == 0 and sw.rows_checked[kind] > 0
-        assert sw.lower[kind].shape == (2, 3, 4) and sw.delta[kind].shape == (2, 2, 3)
-        assert torch.all(sw.lower_markov[kind] <= sw.lower[kind] + 1e-12)
-        assert torch.all(sw.upper[kind] <= sw.upper_exponential[kind] + 1e-12)
-        assert torch.all(sw.alignment[kind].abs() <= 1)
-    assert "raw_values" not in sw.lower  # not on a sphere: no bounds
-    assert sw.coverage.shape == (2, 3, 4) and torch.all(sw.coverage >= sw.own.double() - 1e-6)
-    assert torch.allclose(sw.own.double(), sw.fraction["values"], atol=1e-6)
-    assert sw.metric_seconds > 0
-
-
-def test_sweep_errors():
-    with pytest.raises(ValueError, match="unknown vector kind"):
-        S.separability_sweep([fake_capture(23)], [1, 2], kinds=("keys",))
-    with pytest.raises(ValueError, match="multihead"):
-        S.separability_sweep([fake_capture(23)], [1, 2], kinds=("hidden",), multihead=True)
-    with pytest.raises(ValueError, match="no captures"):
-        S.separability_sweep([], [1, 2])
-    with pytest.raises(ValueError, match="1..L-1"):
-        S.separability_sweep([fake_capture(23)], [1, 40])
-
-
-def test_plateau_recovers_a_hinge():
-    grid = [1, 2, 4, 8, 16, 32, 64, 128]
-    x = torch.log2(torch.tensor(grid, dtype=torch.float64))
-    curve = 0.8 - 0.06 * (x - 4).clamp(max=0) + 0.0 * (x - 4).clamp(min=0)
-    curve[0] = 1.0
-    fit = S.plateau(grid, curve)
-    assert fit.n_stop == 16 and fit.saturated and fit.rms < 1e-9
-    assert math.isclose(fit.slope_before, -0.06, abs_tol=1e-9) and math.isclose(fit.value, 0.8)
-    falling = 1.0 - 0.05 * x
-    assert not S.plateau(grid, falling).saturated
-    with pytest.raises(ValueError, match="same length"):
-        S.plateau(grid, curve[:-1])
-    with pytest.raises(ValueError, match="at least 4"):
-        S.plateau([1, 2, 4], [1.0, 0.9, 0.8])
-
-
-def test_monte_carlo_helpers_and_summary():
-    a = torch.softmax(torch.tensor([1.0, 0.5, 0.2, 0.0, -0.5]), 0).double()
-    mean, se, acc = TS.monte_carlo_curve(a, [0.0, 10.0], 4, n_samples=500)
-    assert mean.tolist() == [0.0, 1.0] and acc == 1.0 and se.shape == (2,)
-    row = TS.monte_carlo_check(a, 0.4, 4, delta=0.3, n_samples=2000)
-    assert row["ok"] and 0 < row["eta"] < 1 and row["lower"] <= row["upper"]
-    with pytest.raises(ValueError, match="eta"):
-        TS.monte_carlo_check(torch.full((40,), 0.02, dtype=torch.float64), 0.4, 3, delta=1.5)
-    sw = S.separability_sweep([fake_capture(24)], [1, 2, 4], multihead=True)
-    summ = S.multihead_summary(sw)
-    assert summ["heads"] == 3 and summ["coverage"].shape == (3,)
-    assert torch.all(summ["formula"] >= summ["p"] - 1e-12)
-    with pytest.raises(ValueError, match="multihead"):
-        S.multihead_summary(S.separability_sweep([fake_capture(24)], [1, 2]))
+def test_screen_margin_covers_the_float32_error():
+    """The float32 screen's actual error stays inside the stated margin (worst case over pairs)."""
+    gen = torch.Generator().manual_seed(13)
+    for dim in (3, 64, 768):
+        x = torch.randn(1, 120, dim, generator=gen, dtype=torch.float64) * 4.0
+        n = (x * x).sum(-1)
+        xs, ns = x.float(), n.float()[..., None]
+        one = torch.ones_like(ns)
+        d2 = torch.bmm(torch.cat([xs, ns, one], -1), torch.cat([-2 * xs, one, ns], -1).transpose(1, 2))
+        exact = ((x[0, :, None] - x[0, None]) ** 2).sum(-1)
+        err = (d2[0].double() - exact).abs()
+        allowed = S.screen_margin(dim) * (n[0, :, None] + n[0, None])
+        assert torch.all(err <= allowed)

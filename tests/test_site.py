@@ -29,6 +29,8 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 
+from normlimits.pages import is_notebook
+
 pytestmark = [pytest.mark.book, pytest.mark.browser]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +42,8 @@ VIEWPORT = {"width": 1280, "height": 1000}
 SKIP_FOLDERS = {"_static", "_sources", "_images", "_sphinx_design_static", "reports"}
 NUMBERED_PROOF_KINDS = ("theorem", "lemma", "corollary", "proposition")
 SEARCH_WORD = "softmax"
+#: the chapter contract: no visible (not hidden) code cell longer than this many lines
+MAX_VISIBLE_CODE_LINES = 15
 # Uncaught script errors that come from the theme stack itself and break nothing a reader uses.
 # sphinx-thebe adds its inline config script (``const THEBE_JS_URL = ...``) twice under Sphinx 7.4,
 # so the second copy throws; thebe (live code in the page) is not enabled in this book.
@@ -123,8 +127,36 @@ async () => {
       const box = t.closest('article, main') || document.body;
       return Math.round(t.getBoundingClientRect().right - box.getBoundingClientRect().right);
     }).filter(px => px > 1),
+    overflow: [...document.querySelectorAll('table, figure, img')].map(el => {
+      // measured against the content column; an element inside a box that scrolls or clips
+      // (overflow-x not visible) is measured by that box: its content stays reachable
+      const column = el.closest('article.bd-article, article, main');
+      if (!column || el.closest('mjx-container, .bd-header, .bd-sidebar-primary, .bd-sidebar-secondary')) return null;
+      let box = el;
+      for (let a = el.parentElement; a && a !== column; a = a.parentElement)
+        if (getComputedStyle(a).overflowX !== 'visible') { box = a; break; }
+      const r = box.getBoundingClientRect(), c = column.getBoundingClientRect();
+      if (!r.width || !r.height) return null;
+      const px = Math.round(Math.max(r.right - c.right, c.left - r.left));
+      const label = el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+        (el.className && typeof el.className === 'string' ? '.' + el.className.trim().split(/\s+/).slice(0, 2).join('.') : '') +
+        (el.tagName === 'IMG' ? ' ' + (el.getAttribute('src') || '').split('/').pop() : '');
+      return px > 1 ? {what: label, px} : null;
+    }).filter(Boolean),
     ledgerRows: [...document.querySelectorAll('table.claims-ledger tbody tr')].map(
-                  tr => [...tr.cells].map(td => td.textContent.trim().replace(/\s+/g, ' '))),
+                  tr => ({id: tr.cells[0].textContent.trim(),
+                          verdict: (tr.querySelector('.verdict-badge') || {textContent: ''}).textContent.trim(),
+                          badgeVisible: !!tr.querySelector('.verdict-badge') && visible(tr.querySelector('.verdict-badge')),
+                          details: !!tr.querySelector('details.claim-details')})),
+    verdictTotal: (document.querySelector('.verdict-summary') || {dataset: {}}).dataset.total || null,
+    verdictCounts: Object.fromEntries([...document.querySelectorAll('.verdict-count')].map(
+                  e => [e.dataset.verdict, Number(e.querySelector('.verdict-count-number').textContent)])),
+    summaryFirst: (() => { const s = document.querySelector('.verdict-summary'), t = document.querySelector('table.claims-ledger');
+                           return !!s && !!t && !!(s.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING); })(),
+    longVisibleCells: [...document.querySelectorAll('div.cell')].filter(c => !c.classList.contains('tag_hide-input') &&
+                  !c.classList.contains('tag_hide-cell')).map(c => c.querySelector('.cell_input pre'))
+                  .filter(pre => pre && visible(pre)).map(pre => (pre.textContent || '').replace(/\n$/, '').split('\n').length)
+                  .filter(n => n > 15),
     citations: document.querySelectorAll('.citation-list .citation, [role="doc-biblioentry"]').length,
     figures: [...document.querySelectorAll('figure')].map(f => ({id: f.id,
       caption: (f.querySelector('figcaption') || {textContent: ''}).textContent.trim().slice(0, 120),
@@ -178,15 +210,6 @@ def source_of(build: Path, page: str) -> Path | None:
     """The MyST source of an HTML page (``book/x.html`` -> ``book/x.md``), if there is one."""
     source = book_root(build) / Path(page).with_suffix(".md")
     return source if source.is_file() else None
-
-
-def is_notebook(source: Path | None) -> bool:
-    """Whether a MyST source is an executed notebook (jupytext front matter with a kernelspec)."""
-    if source is None:
-        return False
-    head = source.read_text()[:2000]
-    match = re.match(r"---\n(.*?)\n---", head, re.S)
-    return bool(match and "kernelspec" in match.group(1))
 
 
 # --- the browser -------------------------------------------------------------------------------
@@ -289,10 +312,9 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
     build, html, pages = survey["build"], survey["html"], survey["pages"]
     config = load_config(build)
     repository = (config.get("repository") or {}).get("url", "")
-    binder = (config.get("launch_buttons") or {}).get("binderhub_url", "")
     problems: dict[str, list[str]] = {k: [] for k in (
         "pages", "network", "math", "images", "errors", "glue", "links", "verdicts", "banner",
-        "buttons", "numbering", "bibliography")}
+        "buttons", "numbering", "bibliography", "layout", "code")}
     ids = {rel: set(f.get("ids", ())) for rel, f in pages.items()}
     for rel, f in pages.items():
         if "redirect" in f:
@@ -324,6 +346,13 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
         for fig in f["figures"]:
             if not fig["images"]:
                 problems["images"].append(f"{rel}: figure {fig['id'] or fig['caption']!r} has no image")
+        # the chapter contract: visible code teaches, bookkeeping is hidden
+        for n in f.get("longVisibleCells", []):
+            problems["code"].append(f"{rel}: a visible code cell has {n} lines (limit {MAX_VISIBLE_CODE_LINES}; "
+                                    "move bookkeeping into the package or a hidden cell)")
+        # layout: nothing wider than the content column
+        for item in f["overflow"]:
+            problems["layout"].append(f"{rel}: {item['what']} runs {item['px']} px past the content column")
         # cell outputs
         for text in f["errorOutputs"]:
             problems["errors"].append(f"{rel}: a cell output shows an error: {text[:200]!r}")
@@ -377,13 +406,10 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
         if source is not None:
             if not any(h.split("?")[0].endswith(".md") and "_sources/" in h for h in hrefs):
                 problems["buttons"].append(f"{rel}: no download link for the .md source")
-            if is_notebook(source):
-                if not any(h.split("?")[0].endswith(".ipynb") for h in hrefs):
-                    problems["buttons"].append(f"{rel}: no download link for the executed .ipynb")
-                if binder and not any(h.startswith(binder.rstrip("/")) for h in hrefs):
-                    problems["buttons"].append(f"{rel}: no Binder launch button ({binder})")
-        if repository and not any(h.rstrip("/") == repository.rstrip("/") for h in hrefs):
-            problems["buttons"].append(f"{rel}: no repository link to {repository}")
+            if is_notebook(source) and not any(h.split("?")[0].endswith(".ipynb") for h in hrefs):
+                problems["buttons"].append(f"{rel}: no download link for the executed .ipynb")
+        buttons = [link["raw"] or "" for link in f["links"] if "btn" in (link["classes"] or "").split()]
+        problems["buttons"].extend(online_button_problems(rel, buttons, source, repository))
         # numbering
         for fig in f["figures"]:
             if fig["caption"] and not fig["number"]:
@@ -411,18 +437,67 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
         for px in pages[verdict_pages[0]].get("ledgerOverflow", []):
             problems["verdicts"].append(f"{verdict_pages[0]}: the table runs {px} px past the content "
                                         "column, hiding its last columns")
-        shown = pages[verdict_pages[0]]["ledgerRows"]
+        page = pages[verdict_pages[0]]
+        shown = page["ledgerRows"]
+        if not page.get("summaryFirst"):
+            problems["verdicts"].append(f"{verdict_pages[0]}: the summary of counts does not come first")
+        if str(page.get("verdictTotal")) != str(len(rows)):
+            problems["verdicts"].append(f"{verdict_pages[0]}: summary total {page.get('verdictTotal')}, "
+                                        f"ledger.json has {len(rows)} rows")
+        for verdict in {r["verdict"] for r in rows} | set(page.get("verdictCounts", {})):
+            want = sum(r["verdict"] == verdict for r in rows)
+            if page.get("verdictCounts", {}).get(verdict) != want:
+                problems["verdicts"].append(f"{verdict_pages[0]}: {verdict!r} counted "
+                                            f"{page.get('verdictCounts', {}).get(verdict)}, ledger.json has {want}")
         if len(shown) != len(rows):
             problems["verdicts"].append(f"{verdict_pages[0]} shows {len(shown)} rows, ledger.json has {len(rows)}")
         for row, cells in zip(rows, shown):
-            want = [row["id"], row["verdict"], norm(row["claim"]), norm(row["paper"]), norm(row["measured"])]
-            if cells[1:] != want:
-                problems["verdicts"].append(f"row {row['chapter']}:{row['id']} shows {cells[1:]}, ledger has {want}")
+            label = row["id"] + (f" ({row['variant']})" if row.get("variant") else "")
+            if (cells["id"], cells["verdict"]) != (label, row["verdict"]) or not cells["badgeVisible"] \
+                    or not cells["details"]:
+                problems["verdicts"].append(f"row {row['chapter']}:{label} shows {cells}, ledger has "
+                                            f"{row['verdict']!r}")
     # one bibliography page
     bib_pages = [rel for rel, f in pages.items() if f.get("citations")]
     if len(bib_pages) != 1:
         problems["bibliography"].append(f"bibliography entries appear on {len(bib_pages)} pages "
                                         f"(expected exactly one): {bib_pages}")
+    return problems
+
+
+ONLINE_HOSTS = ("github.com", "mybinder.org", "colab.research.google.com")
+
+
+def online_buttons(rel: str, repository: str, branch: str = "main") -> dict[str, str]:
+    """The links the site must show on page ``rel`` when ``repository.url`` is set (see
+    normlimits.sphinx_publish): name -> exact URL, or URL prefix for ``issues``."""
+    from normlimits.sphinx_publish import BINDER_URL, colab_url, github_parts
+
+    owner, repo = github_parts(repository)
+    page = rel.removesuffix(".html")
+    base = f"https://github.com/{owner}/{repo}"
+    return {"repository": base, "issues": f"{base}/issues/new",
+            "source": f"{base}/blob/{branch}/{page}.md?plain=1",
+            "binder": f"{BINDER_URL}/v2/gh/{owner}/{repo}/{branch}?urlpath=lab/tree/{page}.md",
+            "colab": colab_url(owner, repo, page)}
+
+
+def online_button_problems(rel: str, buttons: list[str], source: Path | None, repository: str) -> list[str]:
+    """The page's buttons (``buttons``: their links) against ``repository.url``. Empty: no button
+    to the repository host, Binder or Colab (it would point nowhere). Set: the repository and issue buttons on every page, "show source" on pages with a
+    source, Binder and Colab on notebook pages, each with its exact address."""
+    online = [h for h in buttons if any(host in h for host in ONLINE_HOSTS)]
+    if not repository:
+        return [f"{rel}: a button links to {h} although repository.url is empty" for h in online]
+    wanted = online_buttons(rel, repository)
+    names = ["repository", "issues"] + (["source"] if source is not None else [])
+    names += ["binder", "colab"] if is_notebook(source) else []
+    problems = []
+    for name in names:
+        url = wanted[name]
+        ok = any(h.startswith(url) for h in online) if name == "issues" else url in online
+        if not ok:
+            problems.append(f"{rel}: no {name} button linking to {url} (online links: {online})")
     return problems
 
 
@@ -548,8 +623,29 @@ def test_internal_links_and_cross_references_resolve(survey):
     assert checked > 0
 
 
-def test_verdicts_page_lists_one_row_per_ledger_claim(survey):
-    assert_clean(survey, "verdicts", "the Verdicts page matches _build/ledger.json")
+def test_verdicts_page_summarises_the_ledger(survey):
+    assert_clean(survey, "verdicts", "the Verdicts page (counts first, one row per claim) matches _build/ledger.json")
+
+
+def test_no_visible_code_cell_is_longer_than_the_limit(survey):
+    assert_clean(survey, "code", f"visible code cells have at most {MAX_VISIBLE_CODE_LINES} lines")
+
+
+def test_no_path_of_the_building_machine_is_published(survey):
+    """The site must not show the builder's home folder or the checkout's own path (banners, error
+    messages, ledger rows, notebooks offered for download)."""
+    html = survey["html"]
+    needles = {str(Path.home().resolve()) + "/", str(ROOT.resolve()) + "/",
+               str(book_root(survey["build"]).resolve()) + "/"}
+    found = []
+    for path in html.rglob("*"):
+        if path.suffix not in (".html", ".ipynb", ".md", ".txt", ".json", ".js") or "_static" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for needle in needles:
+            if needle in text:
+                found.append(f"{path.relative_to(html)} contains {needle!r}")
+    assert not found, "machine paths in the published site:\n" + "\n".join(found[:20])
 
 
 def test_every_executed_page_shows_the_provenance_banner(survey):
@@ -560,6 +656,42 @@ def test_every_executed_page_shows_the_provenance_banner(survey):
 
 def test_download_launch_and_repository_buttons(survey):
     assert_clean(survey, "buttons", "download (.md, .ipynb), launch and repository buttons")
+
+
+def test_tables_and_figures_fit_the_content_column(survey):
+    """No table, figure or image runs past the content column at 1280 px (wide notebook outputs
+    scroll inside their own box: book/_static/layout.css)."""
+    assert_clean(survey, "layout", "every table and figure fits the content column")
+    measured = sum(1 for f in survey["pages"].values() if "overflow" in f)
+    assert measured, "no page was measured"
+
+
+def test_the_layout_check_catches_what_overflows_and_the_stylesheet_boxes_outputs(chromium, build_dir):
+    """On a copy of a built chapter page: a bare wide table is reported; the same table as a
+    notebook output scrolls inside its own box (book/_static/layout.css) and is not."""
+    from playwright.sync_api import sync_playwright
+
+    html = build_dir / "html"
+    page_path = next(html / rel for rel in site_pages(html) if redirect_target(html / rel) is None
+                     and is_notebook(source_of(build_dir, rel)))
+    probe = page_path.with_name("_layout_probe.html")
+    wide = '<tr>' + ''.join(f'<td>column {i} with a long value</td>' for i in range(40)) + '</tr>'
+    text = page_path.read_text().replace(
+        "</article>", f'<table id="probe-bare">{wide}</table><div class="cell_output docutils container">'
+        f'<div class="output text_html"><table id="probe-output" class="dataframe">{wide}</table></div></div></article>', 1)
+    probe.write_text(text)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(probe.as_uri(), wait_until="load")
+            found = page.evaluate(SURVEY_JS)["overflow"]
+            browser.close()
+    finally:
+        probe.unlink()
+    labels = [item["what"] for item in found]
+    assert any(label.startswith("table#probe-bare") for label in labels), labels
+    assert not any(label.startswith("table#probe-output") for label in labels), labels
 
 
 def test_figures_and_theorems_are_numbered(survey):

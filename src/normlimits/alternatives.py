@@ -8,25 +8,23 @@ The yardsticks, each reusing the metric of the chapter that introduced it:
 
 1. **vanishing** (Lemma 1): largest weight and entropy of the query that sees ``L`` keys, for a
    grid of L (rows ``L - 1`` of one forward pass, :func:`normlimits.vanishing.row_logits`);
-2. **distance collapse** (Theorem 1 / Corollary 2): the true distance ``d~_N`` and the main term
-   of its random-subset expectation against N (:func:`normlimits.distances.distance_profile`);
+2. **distance collapse** (Theorem 1 / Corollary 2, Figure 2c): the true distance ``d~_N`` and
+   the main term of its random-subset expectation against N
+   (:func:`normlimits.distances.distance_profile`), and the critical N at which the two cannot be
+   told apart across heads (:meth:`YardstickResults.critical_n`);
 3. **separability** (Theorem 2): ``N_s / N`` against N
    (:func:`normlimits.separability.geometric_separability`, value vectors on the unit sphere);
 4. **gradient** (Lemma 2 / Corollary 3): the spectral norm of the Jacobian ``d alpha / d l`` of
-   ``alpha = f(l / T)`` against T. Exact where a closed form exists (:func:`jacobian_norm`):
+   ``alpha = f(l / T)`` against T (:mod:`normlimits.normalizer_jacobians`), and the norm at equal
+   selectivity against softmax's (:meth:`YardstickResults.decoupling`).
 
-   - softmax and SSMax: ``c (diag(a) - a a^T)`` with ``c = 1/T`` (softmax) or ``s log(n) / T``;
-     its top eigenvalue by :func:`normlimits.jacobian.top_eigenvalue`;
-   - sparsemax: ``(diag(u) - u u^T / |S|) / T`` with ``u`` the support indicator: a projection,
-     so the norm is exactly ``1/T`` when the support has at least 2 keys and 0 otherwise;
-   - 1.5-entmax: ``(diag(g) - g g^T / sum g) / T`` with ``g = sqrt(p)`` on the support, equal to
-     ``sum(g) (diag(b) - b b^T) / T`` with ``b = g / sum g``: ``top_eigenvalue`` again;
-   - softmax_1: ``(diag(a) - a a^T) / T`` with rows summing to less than 1: top eigenvalue from
-     the secular equation ``sum_i a_i^2 / (a_i - lambda) = 1`` on ``(a_(2), a_(1))``
-     (:func:`substochastic_top_eigenvalue`, safeguarded Newton);
-   - adaptive temperature and SA-softmax (no closed form for the norm): Lanczos on ``J^T J``
-     with closed-form products ``J v`` and ``J^T u`` (:func:`jacobian_products`; tested against
-     forward- and reverse-mode autograd), never forming J; a lower bound converging from below.
+Rows that need not sum to 1 (softmax_1, the sink, SA-softmax, softpick, sigmoid,
+stick-breaking) enter every yardstick with their raw weights, the ones that multiply the value
+vectors: the largest weight is the raw one (Lemma 1 bounds ``alpha_i`` itself), ``d~`` and
+``N_s`` use ``alpha_i x_i`` and ``s = sum_{top N} alpha_i x_i`` as the head outputs them, the
+Jacobian is that of the raw weights and selectivity is the raw largest weight. Only the entropy
+is taken of the row renormalised to sum 1 (it is a property of the shape of the row), and the
+row sum is reported beside it.
 
 Shapes: logits ``[..., L]`` with the key dimension last; weights the same; per-row statistics
 ``[...]``. Units: logits in nats (GPT-2's scaled ``q.k``), T dimensionless, distances in the
@@ -48,26 +46,30 @@ from normlimits import jacobian as J
 from normlimits import separability as S
 from normlimits import vanishing as V
 from normlimits.fits import loglog_fit
-from normlimits.protocol import length_grid
+from normlimits.normalizer_jacobians import EXACT_NORMS, family, jacobian_norm, lanczos_norm
 from normlimits.normalizers import (NORMALIZERS, Normalizer, check_temperature, get_normalizer,
-                                    ssmax_scale, visible_count, visible_mask)
+                                    visible_mask)
+from normlimits.protocol import length_grid
 
 DTYPE = torch.float64
 
 __all__ = [
-    "EXACT_JACOBIANS",
     "row_statistics",
-    "exact_jacobian",
-    "dense_jacobian",
-    "jacobian_norm",
-    "lanczos_norm",
-    "jacobian_products",
-    "substochastic_top_eigenvalue",
-    "worst_case_jacobian",
     "YardstickConfig",
     "YardstickResults",
     "measure_window",
     "measure",
+    "critical_scale",
+    "sink_matching_logit",
+    "YardstickVerdict",
+    "yardstick_verdict",
+    "VERDICT_MARKS",
+    "summary_table",
+    "sweep_table",
+    "row_properties",
+    "NON_ESCAPING_LOG_BOUND",
+    "synthetic_exponents",
+    "verdict_overview",
 ]
 
 
@@ -96,337 +98,6 @@ def row_statistics(weights: Tensor, logits: Tensor) -> dict[str, Tensor]:
             "support": ((w > 0) & visible).sum(-1).to(DTYPE), "keys": keys}
 
 
-# =============================================================================== yardstick 4
-def substochastic_top_eigenvalue(weights: Tensor, iterations: int = 100) -> Tensor:
-    """Largest eigenvalue of ``diag(a) - a a^T`` for non-negative rows ``a`` with ``sum a <= 1``.
-
-    (:func:`normlimits.jacobian.top_eigenvalue` covers rows that sum to exactly 1; softmax_1's
-    rows sum to less.) Interlacing puts the eigenvalue in ``[a_(2), a_(1)]``: ``a_(1)`` at a tie,
-    else the root of the increasing secular function ``f(lambda) = sum_i a_i^2 / (a_i - lambda)
-    - 1`` on ``(a_(2), a_(1))``, found by Newton's method safeguarded by bisection (the bracket
-    shrinks every step) to a relative 1e-14. Subnormal weights count as 0 (error < 1e-307).
-    Shapes: [..., L] -> [...] float64.
-    """
-    a = weights.to(DTYPE)
-    if bool((a < 0).any()) or bool((a.sum(-1) > 1 + 1e-9).any()):
-        raise ValueError("rows must be non-negative with sum <= 1 (softmax_1 weights)")
-    a = a.masked_fill(a < torch.finfo(DTYPE).tiny, 0.0)
-    if a.shape[-1] == 1:
-        return (a * (1 - a)).squeeze(-1)
-    top = a.topk(2, dim=-1).values
-    lo, hi = top[..., 1].clone(), top[..., 0].clone()
-    solve = hi > lo
-    lam = 0.5 * (lo + hi)
-    positive = a > 0
-    sq = a * a
-    for _ in range(iterations):
-        diff = a - lam.unsqueeze(-1)
-        ok = positive & (diff != 0)
-        safe = torch.where(ok, diff, torch.ones_like(diff))
-        terms = torch.where(ok, sq / safe, torch.zeros_like(a))
-        f = terms.sum(-1) - 1
-        fp = torch.where(ok, terms / safe, torch.zeros_like(a)).sum(-1)
-        above = f > 0
-        hi = torch.where(above, lam, hi)
-        lo = torch.where(above, lo, lam)
-        newton = lam - f / fp.clamp_min(1e-300)
-        inside = (newton > lo) & (newton < hi)
-        new = torch.where(inside, newton, 0.5 * (lo + hi))
-        done = ~solve | ((new - lam).abs() <= 1e-14 * new.abs()) | (hi - lo <= 1e-14 * hi)
-        lam = torch.where(solve, new, lam)
-        if bool(done.all()):
-            break
-    return torch.where(solve, lam, top[..., 0])
-
-
-def exact_jacobian(name: str | Normalizer, logits: Tensor, temperature: float = 1.0,
-                   n=None) -> Tensor | None:
-    """Closed-form Jacobian ``d alpha / d l`` of ``alpha = f(l / T)``: [..., L] -> [..., L, L].
-
-    Entry ``[..., i, j] = d alpha_i / d l_j``; rows and columns of masked keys are 0. Returns None
-    for normalisers without a closed form here (adaptive temperature, SA-softmax). For tests and
-    small L; :func:`jacobian_norm` gives norms without forming the matrix.
-    """
-    nz = get_normalizer(name)
-    t = check_temperature(temperature)
-    logits = logits.to(DTYPE)
-    w = nz.at_temperature(logits, t, n=n)
-    if nz.key in ("softmax", "ssmax", "softmax1"):
-        base = torch.diag_embed(w) - w.unsqueeze(-1) * w.unsqueeze(-2)
-        if nz.key == "ssmax":
-            s = ssmax_scale(**nz.options)
-            c = s * torch.log(visible_count(logits, -1, n))          # [..., 1]
-            base = base * c.unsqueeze(-1)
-        return base / t
-    if nz.key == "sparsemax":
-        u = (w > 0).to(DTYPE)
-        return (torch.diag_embed(u) - u.unsqueeze(-1) * u.unsqueeze(-2)
-                / u.sum(-1)[..., None, None]) / t
-    if nz.key == "entmax15":
-        g = w.sqrt()
-        return (torch.diag_embed(g) - g.unsqueeze(-1) * g.unsqueeze(-2)
-                / g.sum(-1)[..., None, None]) / t
-    return None
-
-
-#: Normalisers whose Jacobian norm :func:`jacobian_norm` computes from a closed form.
-EXACT_JACOBIANS = ("softmax", "sparsemax", "entmax15", "ssmax", "softmax1")
-
-
-def dense_jacobian(name: str | Normalizer, logits: Tensor, temperature: float = 1.0,
-                   n=None) -> Tensor:
-    """Reference Jacobian by reverse-mode autograd, one output key at a time: [..., L] -> [..., L, L].
-
-    Slow (L backward passes); for tests and small L only. Masked keys get zero rows and columns.
-    """
-    nz = get_normalizer(name)
-    t = check_temperature(temperature)
-    x = logits.to(DTYPE).detach().requires_grad_(True)
-    out = nz.at_temperature(x, t, n=n)
-    rows = []
-    for i in range(out.shape[-1]):
-        (grad,) = torch.autograd.grad(out[..., i].sum(), x, retain_graph=True)
-        rows.append(torch.where(torch.isfinite(logits), grad, torch.zeros_like(grad)))
-    return torch.stack(rows, dim=-2)
-
-
-def _a_times(q: Tensor, v: Tensor) -> Tensor:
-    """``(diag(q) - q q^T) v`` row-wise."""
-    return q * v - q * (q * v).sum(-1, keepdim=True)
-
-
-def _adaptive_factors(logits: Tensor, options: dict) -> dict[str, Tensor]:
-    """Per-row factors of the adaptive-temperature Jacobian at T = 1.
-
-    ``w = softmax(beta z)``, ``beta = beta(H(softmax(z)))``: with ``A_q = diag(q) - q q^T``,
-    ``J = A_w (beta I + z g^T)`` and ``g = -beta'(H) A_p log p`` (``dH = -(A_p log p) . dz``).
-    """
-    from normlimits.normalizers import VELICKOVIC_POLYNOMIAL, _entropy_masked, adaptive_beta
-
-    coefficients = options.get("coefficients", VELICKOVIC_POLYNOMIAL)
-    threshold = options.get("threshold", 0.5)
-    visible = visible_mask(logits)
-    z = torch.where(visible, logits, torch.zeros_like(logits))
-    p, entropy = _entropy_masked(z, visible, -1)
-    beta = adaptive_beta(entropy, coefficients, threshold)                      # [..., 1]
-    poly = torch.zeros_like(entropy)
-    slope = torch.zeros_like(entropy)
-    for c in coefficients:                       # Horner for poly and its derivative
-        slope = slope * entropy + poly
-        poly = poly * entropy + c
-    active = (entropy > threshold) & (poly > 1)
-    dbeta = torch.where(active, slope, torch.zeros_like(slope))
-    w = torch.softmax(torch.where(visible, beta * z, torch.full_like(z, float("-inf"))), -1)
-    log_p = torch.where(visible, torch.log(torch.where(p > 0, p, torch.ones_like(p))),
-                        torch.zeros_like(p))
-    return {"w": w, "z": z, "beta": beta, "g": -dbeta * _a_times(p, log_p)}
-
-
-def _adaptive_jv(f: dict, v: Tensor) -> Tensor:
-    return _a_times(f["w"], f["beta"] * v + f["z"] * (f["g"] * v).sum(-1, keepdim=True))
-
-
-def _adaptive_jtu(f: dict, u: Tensor) -> Tensor:
-    awu = _a_times(f["w"], u)
-    return f["beta"] * awu + f["g"] * (f["z"] * awu).sum(-1, keepdim=True)
-
-
-def _sa_softmax_factors(logits: Tensor, options: dict) -> dict[str, Tensor]:
-    """Per-row factors of the (normalised) SA-softmax Jacobian at T = 1.
-
-    ``w = c * p``: ``J = diag(c) A_p + diag(p / span) (I - 1 m_lo^T - c (m_hi - m_lo)^T)`` with
-    ``m_lo`` / ``m_hi`` the derivatives of ``min(z_min, 0)`` / ``max(z_max, 0)`` (split evenly
-    over tied keys, as torch's ``amin`` / ``amax`` do; the clamps pass the derivative at 0).
-    """
-    if not options.get("normalized", True):
-        raise ValueError("exact products are implemented for the normalised SA-softmax only")
-    visible = visible_mask(logits)
-    z = torch.where(visible, logits, torch.zeros_like(logits))
-    p = torch.softmax(torch.where(visible, z, torch.full_like(z, float("-inf"))), -1)
-    z_min = torch.where(visible, z, torch.full_like(z, float("inf"))).amin(-1, keepdim=True)
-    z_max = torch.where(visible, z, torch.full_like(z, float("-inf"))).amax(-1, keepdim=True)
-    low, high = z_min.clamp_max(0.0), z_max.clamp_min(0.0)
-    span = high - low
-    live = span > 0
-    safe = torch.where(live, span, torch.ones_like(span))
-    at_min = (visible & (z == z_min)).to(z.dtype)
-    at_max = (visible & (z == z_max)).to(z.dtype)
-    return {"p": p, "c": torch.where(live, (z - low) / safe, torch.zeros_like(z)),
-            "m_lo": at_min / at_min.sum(-1, keepdim=True) * (z_min <= 0).to(z.dtype),
-            "m_hi": at_max / at_max.sum(-1, keepdim=True) * (z_max >= 0).to(z.dtype),
-            "ps": torch.where(live, p / safe, torch.zeros_like(p)), "vis": visible.to(z.dtype)}
-
-
-def _sa_softmax_jv(f: dict, v: Tensor) -> Tensor:
-    lo_v = (f["m_lo"] * v).sum(-1, keepdim=True)
-    hi_v = (f["m_hi"] * v).sum(-1, keepdim=True)
-    return f["vis"] * (f["c"] * _a_times(f["p"], v) + f["ps"] * (v - lo_v - f["c"] * (hi_v - lo_v)))
-
-
-def _sa_softmax_jtu(f: dict, u: Tensor) -> Tensor:
-    u = f["vis"] * u
-    q = f["ps"] * u
-    return f["vis"] * (_a_times(f["p"], f["c"] * u) + q - f["m_lo"] * q.sum(-1, keepdim=True)
-                       - (f["m_hi"] - f["m_lo"]) * (f["c"] * q).sum(-1, keepdim=True))
-
-
-#: Normalisers with exact (closed-form) Jacobian-vector products: (factors, J v, J^T u).
-_EXACT_PRODUCTS = {"adaptive": (_adaptive_factors, _adaptive_jv, _adaptive_jtu),
-                   "sa-softmax": (_sa_softmax_factors, _sa_softmax_jv, _sa_softmax_jtu)}
-
-
-def _check_method(nz: Normalizer, method: str) -> bool:
-    """True when the closed-form products are to be used."""
-    if method not in ("auto", "exact", "autograd"):
-        raise ValueError(f"method must be 'auto', 'exact' or 'autograd' (got {method!r})")
-    if method == "exact" and nz.key not in _EXACT_PRODUCTS:
-        raise ValueError(f"no closed-form products for {nz.key!r}; use method='autograd'")
-    return method == "exact" or (method == "auto" and nz.key in _EXACT_PRODUCTS)
-
-
-def jacobian_products(name: str | Normalizer, logits: Tensor, temperature: float = 1.0,
-                      n=None, *, method: str = "auto"):
-    """Functions ``(v -> J v, u -> J^T u)`` for ``J = d f(l/T) / d l`` at ``logits`` [..., L].
-
-    ``method='exact'``: closed-form products (adaptive temperature, SA-softmax);
-    ``'autograd'``: forward-mode ``torch.func.jvp`` and reverse-mode ``torch.func.vjp``;
-    ``'auto'``: exact where available. Masked keys: zero in and out.
-    """
-    nz = get_normalizer(name)
-    t = check_temperature(temperature)
-    x = logits.to(DTYPE).detach()
-    visible = visible_mask(x)
-    if _check_method(nz, method):
-        make, jv1, jtu1 = _EXACT_PRODUCTS[nz.key]
-        factors = make(x / t, nz.options)
-        return (lambda v: jv1(factors, v) / t), (lambda u: jtu1(factors, u) / t)
-
-    def f(z):
-        return nz.at_temperature(z, t, n=n)
-
-    _, vjp_fn = torch.func.vjp(f, x)
-
-    def jv(v):
-        return torch.func.jvp(f, (x,), (torch.where(visible, v, torch.zeros_like(v)),))[1]
-
-    def jtu(u):
-        return torch.where(visible, vjp_fn(u)[0], torch.zeros_like(u))
-
-    return jv, jtu
-
-
-def lanczos_norm(name: str | Normalizer, logits: Tensor, temperature: float = 1.0, n=None, *,
-                 steps: int = 32, seed: int = 0, method: str = "auto") -> Tensor:
-    """Spectral norm of ``d alpha / d l`` by Lanczos on ``J^T J`` (matrix-free, all rows at once).
-
-    Products from :func:`jacobian_products` (closed form for the adaptive temperature and
-    SA-softmax, autograd otherwise or with ``method='autograd'``). ``steps`` Lanczos steps with
-    full reorthogonalisation from a seeded random unit vector on the visible keys (capped at the
-    number of keys); the square root of the largest Ritz value of the tridiagonal matrix is a
-    lower bound on the norm that converges fast (exact once ``steps`` reaches the number of
-    visible keys). Shapes: [..., L] -> [...] float64.
-    """
-    x = logits.to(DTYPE).detach()
-    visible = visible_mask(x)
-    jv_fn, jtu_fn = jacobian_products(name, x, temperature, n, method=method)
-    length = x.shape[-1]
-    lead = x.shape[:-1]
-    gen = torch.Generator().manual_seed(int(seed))
-    q = torch.randn(x.shape, dtype=DTYPE, generator=gen)
-    q = torch.where(visible, q, torch.zeros_like(q))
-    q = (q / q.norm(dim=-1, keepdim=True)).reshape(-1, length)
-    rows = q.shape[0]
-    steps = max(1, min(int(steps), length))
-    basis = torch.zeros(rows, steps, length, dtype=DTYPE)
-    alphas = torch.zeros(rows, steps, dtype=DTYPE)
-    betas = torch.zeros(rows, max(steps - 1, 1), dtype=DTYPE)
-    scale = None
-    for j in range(steps):
-        basis[:, j] = q
-        w = jtu_fn(jv_fn(q.reshape(x.shape))).reshape(rows, length)        # J^T J q
-        alphas[:, j] = (w * q).sum(-1)
-        if scale is None:
-            scale = alphas[:, 0].abs().clamp_min(1e-300)
-        span = basis[:, : j + 1]                                          # [rows, j+1, L]
-        for _ in range(2):                                                # full reorthogonalisation
-            coef = torch.bmm(span, w.unsqueeze(-1))                       # [rows, j+1, 1]
-            w = w - torch.bmm(coef.transpose(1, 2), span).squeeze(1)
-        if j == steps - 1:
-            break
-        b = w.norm(dim=-1)
-        alive = b > 1e-13 * scale
-        betas[:, j] = torch.where(alive, b, torch.zeros_like(b))
-        q = torch.where(alive.unsqueeze(-1), w / b.clamp_min(1e-300).unsqueeze(-1), torch.zeros_like(w))
-    tri = torch.diag_embed(alphas)
-    if steps > 1:
-        off = torch.diag_embed(betas[:, : steps - 1], offset=1)
-        tri = tri + off + off.transpose(-1, -2)
-    top = torch.linalg.eigvalsh(tri)[..., -1]
-    return top.clamp_min(0.0).sqrt().reshape(lead)
-
-
-def jacobian_norm(name: str | Normalizer, logits: Tensor, temperature: float = 1.0, n=None, *,
-                  steps: int = 32, seed: int = 0) -> Tensor:
-    """Spectral norm ``||d alpha / d l||_2`` of ``alpha = f(l / T)`` per row: [..., L] -> [...].
-
-    Exact (closed forms in the module docstring) for the normalisers in
-    :data:`EXACT_JACOBIANS`; :func:`lanczos_norm` (``steps`` Lanczos steps on closed-form
-    Jacobian-vector products) for the others.
-    """
-    nz = get_normalizer(name)
-    t = check_temperature(temperature)
-    logits = logits.to(DTYPE)
-    if nz.key not in EXACT_JACOBIANS:
-        return lanczos_norm(nz, logits, t, n, steps=steps, seed=seed)
-    w = nz.at_temperature(logits, t, n=n)
-    # Flush subnormal weights to 0 (changes the norm by < 1e-307): J.top_eigenvalue returns NaN
-    # when the second-largest weight is subnormal.
-    w = w.masked_fill(w < torch.finfo(DTYPE).tiny, 0.0)
-    if nz.key == "softmax":
-        return J.top_eigenvalue(w) / t
-    if nz.key == "ssmax":
-        s = ssmax_scale(**nz.options)
-        c = s * torch.log(visible_count(logits, -1, n)).squeeze(-1)
-        return c.expand(w.shape[:-1]) * J.top_eigenvalue(w) / t
-    if nz.key == "sparsemax":
-        return ((w > 0).sum(-1) >= 2).to(DTYPE) / t
-    if nz.key == "entmax15":
-        g = w.sqrt()
-        return g.sum(-1) * J.top_eigenvalue(g) / t
-    return substochastic_top_eigenvalue(w) / t                     # softmax1
-
-
-def worst_case_jacobian(name: str | Normalizer, temperature, n: int | None = None) -> dict:
-    """What is proven about ``sup_l ||d alpha / d l||_2`` at temperature T (chapter's theorems).
-
-    Returns ``{"lower": float, "upper": float or inf, "attained": bool, "note": str}`` for one T.
-    Softmax ``1/(2T)`` (two-way tie); sparsemax exactly ``1/T``; 1.5-entmax between
-    ``1/(sqrt 2 T)`` (two-way tie) and ``1/T``; SSMax ``s log(n) / (2T)``; softmax_1 ``1/(2T)``
-    (approached, not attained); adaptive temperature at least ``1/(2T)``; SA-softmax at least
-    ``1/(2T)`` asymptotically (no finite upper bound proven here).
-    """
-    nz = get_normalizer(name)
-    t = check_temperature(temperature)
-    if nz.key == "softmax":
-        return {"lower": 1 / (2 * t), "upper": 1 / (2 * t), "attained": True, "note": "two-way tie"}
-    if nz.key == "sparsemax":
-        return {"lower": 1 / t, "upper": 1 / t, "attained": True, "note": "any support of 2+ keys"}
-    if nz.key == "entmax15":
-        return {"lower": 1 / (math.sqrt(2) * t), "upper": 1 / t, "attained": True,
-                "note": "lower bound attained at a two-way tie"}
-    if nz.key == "ssmax":
-        if n is None:
-            raise ValueError("SSMax's worst case depends on the number of keys: pass n")
-        s = ssmax_scale(**nz.options)
-        c = s * math.log(n)
-        return {"lower": c / (2 * t), "upper": c / (2 * t), "attained": True, "note": "two-way tie"}
-    if nz.key == "softmax1":
-        return {"lower": 1 / (2 * t), "upper": 1 / (2 * t), "attained": False,
-                "note": "approached by two tied logits -> +inf"}
-    return {"lower": 1 / (2 * t), "upper": float("inf"), "attained": False,
-            "note": "approached at a two-way tie of large logits"}
-
-
 # =============================================================================== measurement
 @dataclass(frozen=True)
 class YardstickConfig:
@@ -452,17 +123,18 @@ class YardstickConfig:
     sphere_radius: float = 1.0
     jacobian_windows: int = 2
     reference_temperatures: tuple[float, ...] = tuple(
-        float(t) for t in torch.logspace(-2.5, 1.5, 81, dtype=torch.float64))
+        float(t) for t in torch.logspace(-2.5, 1.5, 41, dtype=torch.float64))
 
     @classmethod
     def for_window(cls, length: int, *, rows: int = 16, jacobian_rows: int = 8,
                    temperatures: Sequence[float] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0),
-                   smallest: int = 32) -> "YardstickConfig":
+                   smallest: int = 32, **options) -> "YardstickConfig":
         """Default grids for windows of ``length`` tokens.
 
         Lengths: powers of two from ``smallest`` to ``length``; rows: ``rows`` positions evenly
         spaced over the second half of the window; N: powers of two below the shortest row's
-        keys; Jacobian rows: :func:`normlimits.jacobian.default_rows`.
+        keys; Jacobian rows: :func:`normlimits.jacobian.default_rows`. ``options`` set the other
+        fields (``lanczos_steps``, ``jacobian_windows``, ...).
         """
         if length < 2 * smallest:
             raise ValueError(f"windows of L={length} are too short for the sweep from "
@@ -473,7 +145,7 @@ class YardstickConfig:
         n_grid = tuple(2 ** k for k in range(0, int(math.log2(shortest - 1)) + 1))
         jrows = tuple(J.default_rows(length, jacobian_rows).tolist())
         return cls(lengths=lengths, rows=tuple(positions.tolist()), n_grid=n_grid,
-                   temperatures=tuple(float(t) for t in temperatures), jacobian_rows=jrows)
+                   temperatures=tuple(float(t) for t in temperatures), jacobian_rows=jrows, **options)
 
 
 def _check_config(config: YardstickConfig, window: int) -> None:
@@ -494,7 +166,7 @@ def _norms_over_temperatures(nz: Normalizer, logits: Tensor, config: YardstickCo
     logits ``l / T`` at temperature 1 and is divided by T afterwards.
     """
     temps = torch.tensor(config.temperatures, dtype=DTYPE)
-    if nz.key in EXACT_JACOBIANS:
+    if family(nz) in EXACT_NORMS:
         return torch.stack([jacobian_norm(nz, logits, t) for t in config.temperatures])
     shape = (-1,) + (1,) * logits.dim()
     stacked = logits.unsqueeze(0) / temps.reshape(shape)                 # [nT, ..., R, L]
@@ -519,7 +191,7 @@ def _softmax_curve(logits: Tensor, temperatures: Sequence[float]) -> tuple[Tenso
 
 
 def measure_window(capture, normalizers: Sequence[str | Normalizer], config: YardstickConfig,
-                   *, gradient: bool = True) -> dict[str, dict[str, Tensor]]:
+                   *, gradient: bool | Sequence[str] = True) -> dict[str, dict[str, Tensor]]:
     """The four yardsticks on one captured window, for every normaliser.
 
     ``capture``: a :class:`normlimits.capture.WindowCapture` (queries, keys, values
@@ -535,7 +207,8 @@ def measure_window(capture, normalizers: Sequence[str | Normalizer], config: Yar
       ``jacobian_selectivity`` [nT, layers, heads]: mean over those rows of the largest weight
       at each T; for softmax also ``reference_jacobian`` / ``reference_selectivity``
       [nTref, layers, heads], the same on ``config.reference_temperatures`` (only with
-      ``gradient``).
+      ``gradient``: True for every normaliser, or the keys of those that need it; the sweeps
+      skip this costly yardstick).
     """
     window = capture.values.shape[-2]
     _check_config(config, window)
@@ -562,7 +235,7 @@ def measure_window(capture, normalizers: Sequence[str | Normalizer], config: Yar
         res["top_n_mass"] = prof.top_n_mass.mean(-2)
         sep = S.geometric_separability(w, sphere, list(config.n_grid), rows=rows)
         res["separability"] = torch.nanmean(sep.fraction.to(DTYPE), dim=-2)
-        if gradient:
+        if gradient is True or (gradient and nz.key in gradient):
             norms = _norms_over_temperatures(nz, logits_j, config)                   # [nT,l,h,Rj]
             res["jacobian"] = norms.mean(-1)
             res["jacobian_max"] = norms.amax(-1)
@@ -616,8 +289,10 @@ class YardstickResults:
         return x.reshape(-1, x.shape[-1])
 
     def max_weight_exponent(self, key: str) -> Tensor:
-        """Per head: fitted exponent e of ``max weight ~ L^e`` (geometric mean over windows)."""
-        mw = self.stats[key]["max_weight"].clamp_min(1e-300).log().mean(0).exp()
+        """Per head: fitted exponent e of ``max weight ~ L^e`` (mean over windows; an arithmetic
+        mean, so rows that are all zero, e.g. softpick's, count as 0; lengths where the mean is
+        0 drop out of the fit)."""
+        mw = self.stats[key]["max_weight"].mean(0)
         return loglog_fit(list(self.config.lengths), mw.reshape(-1, mw.shape[-1])).exponent
 
     def decoupling(self, key: str, reference: str = "softmax") -> dict:
@@ -673,20 +348,26 @@ class YardstickResults:
 
 
 def measure(captures: Iterable, normalizers: Sequence[str | Normalizer] | None = None,
-            config: YardstickConfig | None = None) -> YardstickResults:
+            config: YardstickConfig | None = None, *,
+            gradient: Sequence[str] | None = None) -> YardstickResults:
     """:func:`measure_window` over windows (an iterable of captures, consumed once), stacked.
 
-    ``normalizers`` defaults to every registered one; ``config`` to
-    :meth:`YardstickConfig.for_window` of the first window's length.
+    ``normalizers`` (keys or :class:`~normlimits.normalizers.Normalizer` objects, keys unique)
+    defaults to every registered one; ``config`` to :meth:`YardstickConfig.for_window` of the
+    first window's length; ``gradient``: the keys that get the gradient yardstick (default all).
     """
     start = time.perf_counter()
-    names = [get_normalizer(n).key for n in (normalizers or list(NORMALIZERS))]
+    objects = [get_normalizer(n) for n in (normalizers or list(NORMALIZERS))]
+    names = [nz.key for nz in objects]
+    if len(set(names)) != len(names):
+        raise ValueError(f"normaliser keys must be unique (got {names})")
+    wanted = names if gradient is None else list(gradient)
     parts: list[dict] = []
     for capture in captures:
         if config is None:
             config = YardstickConfig.for_window(capture.values.shape[-2])
-        parts.append(measure_window(capture, names, config,
-                                    gradient=len(parts) < config.jacobian_windows))
+        parts.append(measure_window(capture, objects, config,
+                                    gradient=wanted if len(parts) < config.jacobian_windows else False))
     if not parts:
         raise ValueError("no windows were given; pass at least one captured window")
     stats = {key: {name: torch.stack([p[key][name] for p in parts if name in p[key]])
@@ -694,3 +375,269 @@ def measure(captures: Iterable, normalizers: Sequence[str | Normalizer] | None =
              for key in names}
     return YardstickResults(config=config, normalizers=names, stats=stats,
                             seconds=time.perf_counter() - start, windows=len(parts))
+
+
+# =============================================================================== sweeps
+def critical_scale(logits: Tensor, iterations: int = 200) -> Tensor:
+    """Per row, the SSMax scale ``gamma`` at which the largest weight is exactly 1/2: [..., L] -> [...].
+
+    SSMax with scale ``gamma`` is ``softmax(gamma log(n) z)``; its top weight is
+    ``1 / (1 + sum_{j != top} n^{-gamma g_j})`` with gaps ``g_j = z_max - z_j``, decreasing in
+    every gap, so ``gamma_c`` solves ``sum_{j != top} n^{-gamma g_j} = 1`` (bisection, float64).
+    For the simplex rows of Chen et al. (arXiv 2510.05554), one logit 1 and ``n - 1`` logits
+    ``rho``, this is ``log(n - 1) / ((1 - rho) log n)``, which tends to their critical value
+    ``1/(1 - rho)``. NaN where the top logit is tied or the row has one key; 0 for two keys.
+    """
+    z = logits.to(DTYPE)
+    visible = visible_mask(z)
+    n = visible.sum(-1).to(DTYPE)
+    top = torch.where(visible, z, torch.full_like(z, float("-inf"))).max(-1)
+    gaps = top.values.unsqueeze(-1) - z
+    others = visible.clone()
+    others.scatter_(-1, top.indices.unsqueeze(-1), False)
+    gaps = torch.where(others, gaps, torch.full_like(gaps, float("inf")))
+    g_min = gaps.amin(-1)
+    logn = torch.log(n)
+    ok = (n >= 2) & (g_min > 0)
+    lo = torch.zeros_like(n)
+    hi = torch.where(ok, torch.log((n - 1).clamp_min(1.0)) / (logn * g_min.clamp_min(1e-300)) + 1e-12,
+                     torch.ones_like(n))
+
+    def excess(gamma):                                    # log sum_j n^{-gamma g_j}
+        terms = torch.where(others, -gamma.unsqueeze(-1) * logn.unsqueeze(-1) * gaps.clamp_max(1e300),
+                            torch.full_like(gaps, float("-inf")))
+        return torch.logsumexp(terms, -1)
+
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        above = excess(mid) > 0
+        lo = torch.where(above, mid, lo)
+        hi = torch.where(above, hi, mid)
+    out = 0.5 * (lo + hi)
+    return torch.where(ok, torch.where(n == 2, torch.zeros_like(out), out),
+                       torch.full_like(out, float("nan")))
+
+
+def sink_matching_logit(captures: Iterable, rows: Sequence[int]) -> Tensor:
+    """Per head, the sink logit ``b*`` that plays the model's own first-token sink: [layers, heads, 1, 1].
+
+    With ``b`` equal to a row's logit on its first key, a sink over the other keys gives them
+    exactly softmax's weights over all keys (the first token acting as a key bias, the reading of
+    Gu et al. 2025). ``b*`` is the median of that logit over the windows and the query ``rows``.
+    """
+    rows = torch.as_tensor(list(rows))
+    firsts = [cap.logits(rows)[..., 0].to(DTYPE) for cap in captures]       # [layers, heads, R]
+    if not firsts:
+        raise ValueError("no windows were given; pass at least one captured window")
+    return torch.cat(firsts, -1).median(-1).values[..., None, None]
+
+
+# =============================================================================== verdict inputs
+@dataclass(frozen=True)
+class YardstickVerdict:
+    """What one normaliser's four yardsticks give its claims.
+
+    ``values[yardstick]``: the criterion values of the registered rule; ``measured[yardstick]``:
+    a sentence with the numbers; ``reason[yardstick]``: why a value is missing (or None);
+    ``numbers``: the table's numbers (exponent, critical N / L, N_s/N at N = 16, Jacobian ratio
+    at equal selectivity, row sum at the longest L).
+    """
+
+    key: str
+    values: dict
+    measured: dict
+    reason: dict
+    numbers: dict
+
+
+def _critical_censored(results: "YardstickResults", key: str, alpha: float) -> tuple[float, bool]:
+    crit = results.critical_n(key, alpha)
+    if crit is None:
+        return 2.0 * max(results.config.n_grid), True
+    return float(crit), False
+
+
+def yardstick_verdict(results: "YardstickResults", key: str, reference: str = "softmax", *,
+                      alpha: float = 0.01, margin: float = 0.02, factor: float = 0.5,
+                      knee: int = 16) -> YardstickVerdict:
+    """The four yardsticks of ``key`` against ``reference``, as the claims' rules read them.
+
+    vanishing: the median head's exponent and its gain over the reference's; distance:
+    ``log2`` of the critical-N ratio (no N of the grid: twice the largest N, a lower bound);
+    separability: the share of ``N >= knee`` where ``N_s/N`` beats the reference's by ``margin``;
+    gradient: the share of matched temperatures with a Jacobian at most ``factor`` of the
+    reference's at equal selectivity (NaN when no temperature matches).
+    """
+    exp_k = float(results.max_weight_exponent(key).median())
+    exp_r = float(results.max_weight_exponent(reference).median())
+    crit_k, cens_k = _critical_censored(results, key, alpha)
+    crit_r, cens_r = _critical_censored(results, reference, alpha)
+    keys_mean = float(torch.tensor(results.config.rows, dtype=DTYPE).mean() + 1)
+    later = math.log2(crit_k / crit_r) if not cens_r else float("nan")
+    grid = list(results.config.n_grid)
+    start = next((i for i, n in enumerate(grid) if n >= knee), len(grid))
+    sep_k = results.curve(key, "separability")[start:]
+    sep_r = results.curve(reference, "separability")[start:]
+    share_sep = float(((sep_k >= sep_r + margin).to(DTYPE)).mean()) if len(sep_k) else float("nan")
+    dec = results.decoupling(key, reference)
+    share_j = (float((dec["ratios"] <= factor).to(DTYPE).mean()) if dec["matched"] else float("nan"))
+    sep_at = float(results.curve(key, "separability")[grid.index(knee)]) if knee in grid else float("nan")
+    numbers = {"exponent": exp_k, "critical_fraction": crit_k / keys_mean, "critical_censored": cens_k,
+               "separability": sep_at, "jacobian_ratio": dec["geometric_mean"],
+               "mass": float(results.curve(key, "mass")[-1])}
+    cens = " (none on the grid: a lower bound)" if cens_k else ""
+    measured = {
+        "vanishing": f"largest-weight exponent {exp_k:.3f} (median head) against softmax's {exp_r:.3f}",
+        "distance": (f"critical $N$ = {crit_k:g}{cens} against softmax's {crit_r:g} "
+                     f"(KS, $\\alpha$ = {alpha}; rows of {keys_mean:.0f} keys on average)"),
+        "separability": (f"$N_s/N$ above softmax's by {margin} at {share_sep:.0%} of the grid's "
+                         f"$N \\ge {knee}$; at $N = {knee}$ {sep_at:.3f} against "
+                         f"{float(results.curve(reference, 'separability')[grid.index(knee)]) if knee in grid else float('nan'):.3f}"),
+        "gradient": (f"Jacobian at equal selectivity {dec['geometric_mean']:.3f} of softmax's (geometric "
+                     f"mean), at most {factor} of it at {int((dec['ratios'] <= factor).sum())} of "
+                     f"{dec['matched']} matched temperatures"),
+    }
+    reason = {"vanishing": None, "separability": None,
+              "distance": ("softmax's true and expected distances differ at every N of the grid, so "
+                           "there is no critical N to compare with" if cens_r else None),
+              "gradient": (None if dec["matched"] else
+                           "its selectivity never falls inside softmax's range over the temperature grid")}
+    values = {"vanishing": {"exponent": exp_k, "gain": exp_k - exp_r},
+              "distance": {"later": later},
+              "separability": {"every": share_sep, "some": share_sep},
+              "gradient": {"every": share_j, "some": share_j}}
+    return YardstickVerdict(key, values, measured, reason, numbers)
+
+
+#: how the summary table marks a verdict (presentation only; verdicts come from the ledger rows)
+VERDICT_MARKS = {"confirmed": "yes", "corrected": "partly", "refuted": "no", "not reproduced": "no",
+                 "not testable": "n/a"}
+_SCORES = {"confirmed": 1.0, "corrected": 0.5}
+
+
+def summary_table(verdicts: dict, graded: dict, labels: dict):
+    """The ranked summary: one row per normaliser, its numbers and its four verdicts.
+
+    ``verdicts``: key -> :class:`YardstickVerdict`; ``graded``: (key, yardstick) -> verdict
+    string (from the recorded ledger rows); ``labels``: key -> row label. Columns: the
+    largest-weight exponent, the critical N / L (">" when none on the grid), N_s/N at the knee,
+    the Jacobian ratio to softmax's at equal selectivity, the four verdicts as
+    :data:`VERDICT_MARKS` and the score (1 per confirmed yardstick, 1/2 per corrected); rows sorted
+    by score, then by the exponent. Returns a pandas DataFrame indexed by the label.
+    """
+    import pandas as pd
+
+    rows = []
+    for key, v in verdicts.items():
+        marks = {y: VERDICT_MARKS[graded[(key, y)]] for y in ("vanishing", "distance", "separability", "gradient")}
+        score = sum(_SCORES.get(graded[(key, y)], 0.0) for y in marks)
+        crit = f"{'>' if v.numbers['critical_censored'] else ''}{v.numbers['critical_fraction']:.3f}"
+        rows.append({"normaliser": labels[key], "exponent": round(v.numbers["exponent"], 2),
+                     "N_crit/L": crit, "N_s/N": round(v.numbers["separability"], 2),
+                     "J ratio": round(v.numbers["jacobian_ratio"], 2),
+                     "vanishing": marks["vanishing"], "collapse": marks["distance"],
+                     "separability": marks["separability"], "gradient": marks["gradient"],
+                     "score": score, "_exp": v.numbers["exponent"]})
+    table = pd.DataFrame(rows).sort_values(["score", "_exp"], ascending=[False, False])
+    return table.drop(columns="_exp").set_index("normaliser")
+
+
+def sweep_table(results: "YardstickResults", keys: Sequence[str], names: Sequence[str],
+                column: str, alpha: float = 0.01, knee: int = 16):
+    """One row per swept normaliser: the largest weight at the longest L, its exponent, the row
+    sum, the critical N / L and N_s/N at ``knee``. ``names`` label the rows in ``column``."""
+    import pandas as pd
+
+    keys_mean = float(torch.tensor(results.config.rows, dtype=DTYPE).mean() + 1)
+    grid = list(results.config.n_grid)
+    rows = []
+    for key, name in zip(keys, names):
+        crit, censored = _critical_censored(results, key, alpha)
+        rows.append({column: name, "max weight (L max)": float(results.curve(key, "max_weight")[-1]),
+                     "exponent": float(results.max_weight_exponent(key).median()),
+                     "row sum": float(results.curve(key, "mass")[-1]),
+                     "crit. N/L": f"{'>' if censored else ''}{crit / keys_mean:.3f}",
+                     f"N_s/N (N={knee})": float(results.curve(key, "separability")[grid.index(knee)])})
+    return pd.DataFrame(rows).set_index(column)
+
+
+# =============================================================================== small checks
+def row_properties(logits: Tensor, normalizers: Sequence[Normalizer]):
+    """What each normaliser does to rows of logits [..., L] (masked keys ``-inf``): whether masked
+    keys get exactly 0, the smallest and largest row sum and the fraction of visible keys at
+    exactly 0. Returns a pandas DataFrame indexed by label."""
+    import pandas as pd
+
+    z = logits.to(DTYPE)
+    visible = torch.isfinite(z)
+    rows = []
+    for nz in normalizers:
+        w = nz(z)
+        total = w.sum(-1)
+        rows.append({"normaliser": nz.label, "masked keys at 0": bool((w[~visible] == 0).all()),
+                     "min row sum": float(total.min()), "max row sum": float(total.max()),
+                     "visible keys at 0": float(((w == 0) & visible).sum() / visible.sum())})
+    return pd.DataFrame(rows).set_index("normaliser")
+
+
+#: Jacobian families (:func:`normlimits.normalizer_jacobians.family`) whose every weight is
+#: proven O(1/L) on logits bounded by a, with the log of the constant C in alpha_i <= C / L (a
+#: function of a and the adaptive polynomial's maximum B)
+NON_ESCAPING_LOG_BOUND = {
+    "softmax": lambda a, B: 2 * a, "softmax1": lambda a, B: 2 * a, "sa-softmax": lambda a, B: 2 * a,
+    "sink": lambda a, B: 2 * a, "adaptive": lambda a, B: 2 * B * a, "sigmoid": lambda a, B: a,
+}
+
+
+def synthetic_exponents(normalizers: Sequence[Normalizer], lengths: Sequence[int], patterns: dict,
+                        beta_max: float):
+    """Largest-weight exponents on synthetic rows, and a check of the proven O(1/L) bounds.
+
+    ``patterns``: name -> (logits [trials, G, L_max] with ``-inf`` beyond each length, bound a).
+    Returns ``(table, outside)``: a DataFrame (normaliser x pattern: fitted exponent of the mean
+    largest weight and its value at the longest L) and the number of weights above the bound
+    ``exp(log C) / L`` of :data:`NON_ESCAPING_LOG_BOUND` (0 when the proofs hold).
+    """
+    import pandas as pd
+
+    keys = torch.tensor(list(lengths), dtype=DTYPE)
+    rows, outside = [], 0
+    for name, (logits, a) in patterns.items():
+        for nz in normalizers:
+            w = nz(logits)
+            top = w.amax(-1)                                               # [trials, G]
+            fit = loglog_fit(list(lengths), top.mean(0))
+            rows.append({"logits": name, "normaliser": nz.label, "exponent": float(fit.exponent),
+                         "max weight at L max": float(top[:, -1].mean())})
+            bound = NON_ESCAPING_LOG_BOUND.get(family(nz))
+            if bound is not None:
+                cap = math.exp(bound(a, beta_max)) / keys
+                outside += int((top > cap * (1 + 1e-12)).sum())
+    table = pd.DataFrame(rows).pivot(index="normaliser", columns="logits")
+    return table.reindex([nz.label for nz in normalizers]), outside
+
+
+def verdict_overview(verdicts: dict, graded: dict, labels: dict) -> str:
+    """The yardstick claims in Markdown: per yardstick its registered rule (once: it is the same
+    for every normaliser) and a table of each normaliser's criterion values and verdict.
+
+    ``verdicts``: key -> :class:`YardstickVerdict`; ``graded``: (key, yardstick) -> verdict;
+    ``labels``: key -> label.
+    """
+    from normlimits.claims import claim
+    from normlimits.claims.alternatives import YARDSTICKS, claim_id
+
+    lines = []
+    for y in YARDSTICKS:
+        rule = claim(claim_id(next(iter(verdicts)), y)).rule
+        tests = "; ".join(f"`{c.key}`: {c.statistic} {c.describe()}" for c in rule.criteria)
+        outcomes = "; ".join(f"{v} if {c}" if c != "else" else f"otherwise {v}" for c, v in rule.outcomes)
+        lines += [f"**{y}** (claims ALT-&lt;key&gt;-{y}). *Rule:* {rule.text} ({outcomes}). {tests}.", "",
+                  "| normaliser | " + " | ".join(f"`{c.key}`" for c in rule.criteria) + " | verdict |",
+                  "|---" * (len(rule.criteria) + 2) + "|"]
+        for key, v in verdicts.items():
+            vals = " | ".join("n/a" if v.values[y][c.key] is None or v.values[y][c.key] != v.values[y][c.key]
+                              else f"{v.values[y][c.key]:.3g}" for c in rule.criteria)
+            lines.append(f"| {labels[key]} | {vals} | {graded[(key, y)]} |")
+        lines.append("")
+    return "\n".join(lines)

@@ -112,15 +112,16 @@ class BenchConfig:
       bounds and the random-subset expectation (:func:`normlimits.distances.sweep_length`);
     - distance against N (Alg. 2, Fig. 2b): L = ``length``, N in :attr:`top_n_grid`
       (:func:`normlimits.distances.sweep_top_n`);
-    - critical N (Alg. 3, Fig. 2c): for every L of :attr:`lengths`, the KS test at every N of
-      :func:`normlimits.distances.default_critical_grid`
-      (:func:`normlimits.distances.critical_n_search`);
+    - critical N (Alg. 3, Fig. 2c): for every L of :attr:`lengths`, the KS test at every N below
+      L of :func:`normlimits.critical_n.critical_grid`, on the last row of each window against the
+      closed-form main sum (:func:`normlimits.critical_n.critical_n_search` with
+      ``protocol="last_row"``; the distances chapter runs the paper's every-position protocol);
     - separability (Alg. 4, Fig. 3): N_s/N for N in :attr:`separability_grid` at
       ``separability_row_count`` evenly spaced query positions of the ``length``-token window
       (None: every position, as the paper; the separability chapter measures how little the
       subsample changes), value vectors projected to the unit sphere, the empirical minimum
       separation delta and the Theorem 2 bounds
-      (:func:`normlimits.separability.separability_sweep`);
+      (:func:`normlimits.separability_sweep.separability_sweep`);
     - gradient sensitivity (Alg. 5, Fig. 4): g(T, eps) over :attr:`temperatures` (1e-3..1e2, four
       a decade) and ``epsilons``, plus the exact Jacobian norms, at the same query rows
       (:func:`normlimits.jacobian.sensitivity_profile`).
@@ -206,13 +207,13 @@ def _distance_vs_top_n(captures, cfg: BenchConfig):
 
 
 def _critical_n(captures, cfg: BenchConfig):
-    from .distances import critical_n_search
+    from .critical_n import critical_n_search
 
-    return critical_n_search(captures, cfg.lengths, alphas=cfg.alphas)
+    return critical_n_search(captures, cfg.lengths, protocol="last_row", alphas=cfg.alphas)
 
 
 def _separability(captures, cfg: BenchConfig):
-    from .separability import separability_sweep
+    from .separability_sweep import separability_sweep
 
     return separability_sweep(captures, cfg.separability_grid, kinds=("values",),
                               rows=cfg.separability_rows, bounds=True)
@@ -760,7 +761,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"[bench] {message}", file=sys.stderr, flush=True)
 
     start = time.perf_counter()
-    loaded = load_model(args.model)
+    loaded = load_model(args.model, origin="--model")
     corpus = load_corpus()
     windows = token_windows(loaded, corpus, args.length, count)
     setup = time.perf_counter() - start

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from . import glued
 from .corpus import Corpus, load_corpus
 from .models import LoadedModel, load_model
 from .settings import configure_torch, window_count
@@ -56,11 +57,13 @@ class ChapterContext:
                              count or self.window_count)
 
     def captures(self, length: int | None = None, count: int | None = None):
-        """One capture per window of :meth:`windows` (one forward pass each), as an iterator of
-        :class:`~normlimits.capture.WindowCapture`."""
-        from .capture import iter_captures
+        """One capture per window of :meth:`windows`, as an iterator of
+        :class:`~normlimits.capture.WindowCapture`: one forward pass per window, shared by every
+        chapter of a build through the capture cache (:mod:`normlimits.capture_cache`)."""
+        from .capture import cached_captures
 
-        return iter_captures(self.loaded, self.windows(length, count))
+        return cached_captures(self.loaded, self.corpus, length or self.loaded.max_positions,
+                               count or self.window_count)
 
     def finish(self) -> float:
         """Record the chapter's execution time (seconds since it started) beside its ledger rows,
@@ -133,8 +136,13 @@ class ProvenanceBanner:
 
 def start_chapter(chapter: str, model: str | None = None, windows: int | None = None,
                   show: bool = True) -> ChapterContext:
-    """Load model and corpus for ``chapter`` and display the provenance banner."""
+    """Load model and corpus for ``chapter`` and display the provenance banner.
+
+    In a Jupyter kernel it also keeps every value the chapter glues (``glued.install``), so that
+    JupyterLab (``make lab``) shows the glued numbers in the prose as the book does.
+    """
     configure_torch()
+    glued.install()
     torch.manual_seed(0)
     loaded = load_model(model)
     corpus = load_corpus()

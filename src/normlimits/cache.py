@@ -62,6 +62,14 @@ def atomic_save_torch(obj: Any, path: Path) -> Path:
     return _atomic_file(path, lambda tmp: torch.save(obj, tmp))
 
 
+def atomic_save_safetensors(tensors: dict[str, Any], path: Path) -> Path:
+    """Tensors (any device) to a safetensors file at ``path`` atomically, copied to the CPU."""
+    from safetensors.torch import save_file
+
+    cpu = {name: tensor.detach().to("cpu").contiguous() for name, tensor in tensors.items()}
+    return _atomic_file(path, lambda tmp: save_file(cpu, str(tmp)))
+
+
 def atomic_save_dir(directory: Path, fill: Callable[[Path], None]) -> Path:
     """Create ``directory`` atomically: ``fill(tmpdir)`` writes its content, then it is renamed.
 

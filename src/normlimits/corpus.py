@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
+from . import validation
 from .cache import atomic_write_bytes
-from .settings import CORPUS_ENV, SettingError, cache_dir
+from .settings import CORPUS_ENV, WINDOWS_ENV, SettingError, cache_dir
 
 GUTENBERG_URL = "https://www.gutenberg.org/cache/epub/2600/pg2600.txt"
 _START = "*** START OF THE PROJECT GUTENBERG EBOOK"
@@ -64,7 +65,7 @@ def _decode(data: bytes, where: str) -> str:
                           f"{CORPUS_ENV} at a UTF-8 file.") from None
 
 
-def _download(url: str) -> bytes:
+def _download(url: str, explicit: bool) -> bytes:
     target = cache_dir() / "corpus" / (hashlib.sha256(url.encode()).hexdigest()[:16] + ".txt")
     if target.is_file():
         return target.read_bytes()
@@ -73,7 +74,7 @@ def _download(url: str) -> bytes:
             data = response.read()
     except (urllib.error.URLError, OSError) as exc:
         raise CorpusError(
-            f"{CORPUS_ENV} is {'unset' if url == GUTENBERG_URL else repr(url)} and the corpus could "
+            f"{CORPUS_ENV} is {repr(url) if explicit else 'unset'} and the corpus could "
             f"not be downloaded from {url} ({exc}); this machine seems offline. Remedy: set "
             f"{CORPUS_ENV} to a local UTF-8 copy of War and Peace, e.g. "
             f"{CORPUS_ENV}=../shared/data/war-and-peace.txt.") from exc
@@ -86,7 +87,7 @@ def load_corpus(setting: str | None = None) -> Corpus:
     setting = (setting if setting is not None else os.environ.get(CORPUS_ENV, "")).strip()
     if setting.startswith(("http://", "https://")) or setting == "":
         url = setting or GUTENBERG_URL
-        text = strip_gutenberg(_decode(_download(url), url))
+        text = strip_gutenberg(_decode(_download(url, explicit=bool(setting)), url))
         source = url
     else:
         path = Path(setting).expanduser()
@@ -98,7 +99,18 @@ def load_corpus(setting: str | None = None) -> Corpus:
         source = str(path.resolve())
     if not text.strip():
         raise CorpusError(f"{CORPUS_ENV}={setting!r}: the corpus is empty.")
+    check_is_text(text, setting)
     return Corpus(text=text, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), source=source)
+
+
+def check_is_text(text: str, setting: str = "") -> None:
+    """Refuse a "corpus" that is not prose: more than 1% control characters (NUL bytes, binary
+    data decoded as UTF-8), which would silently give windows of meaningless tokens."""
+    control = sum(1 for ch in text if ord(ch) < 32 and ch not in "\n\r\t\f")
+    if control > 0.01 * len(text):
+        raise CorpusError(f"{CORPUS_ENV}={setting!r}: {control:,} of its {len(text):,} characters "
+                          f"({control / len(text):.0%}) are control characters (e.g. NUL bytes): "
+                          "this is not a text. Point it at a UTF-8 text file such as War and Peace.")
 
 
 @lru_cache(maxsize=4)
@@ -120,14 +132,10 @@ def window_starts(n_tokens: int, length: int, count: int) -> torch.Tensor:
     return torch.tensor([(k * span) // max(count, 1) for k in range(count)], dtype=torch.long)
 
 
-def check_window_length(length: int, max_positions: int) -> int:
-    """Validate a window length L against the model's context."""
-    if not isinstance(length, int) or length < 1:
-        raise SettingError(f"window length L must be a positive integer (got {length!r}).")
-    if length > max_positions:
-        raise SettingError(f"window length L={length} is beyond the model's context "
-                           f"(n_positions={max_positions}); use L <= {max_positions}.")
-    return length
+def check_window_length(length: int, max_positions: int, limit: str | None = None) -> int:
+    """Validate a window length L against the model's context (the shared validator); ``limit``
+    names what bounds it (default ``n_positions=max_positions``)."""
+    return validation.window_length(length, max_positions, limit=limit)
 
 
 def token_windows(loaded, corpus: Corpus, length: int, count: int) -> torch.Tensor:
@@ -136,9 +144,14 @@ def token_windows(loaded, corpus: Corpus, length: int, count: int) -> torch.Tens
     Windows start at evenly spaced offsets over the whole tokenised text, so the same corpus and
     tokenizer always give the same windows.
     """
-    check_window_length(length, loaded.max_positions)
+    check_window_length(length, loaded.max_positions, getattr(loaded, "context_limit", None))
     if count < 1:
         raise SettingError(f"the window count must be at least 1 (got {count}).")
     tokens = corpus_tokens(loaded, corpus)
+    fits = len(tokens) // length
+    if count > max(fits, 1):
+        raise SettingError(f"{count:,} windows of L={length} tokens do not fit in the corpus "
+                           f"({len(tokens):,} tokens): at most {fits:,} distinct windows fit. Set "
+                           f"{WINDOWS_ENV} (or the window count) to {fits:,} or fewer.")
     starts = window_starts(len(tokens), length, count)
     return tokens[starts[:, None] + torch.arange(length)[None, :]]

@@ -4,11 +4,13 @@ Notation (one attention row, ``L`` visible keys, weights ``alpha`` summing to 1,
 ``x_i``): ``y_i = alpha_i x_i``; ``I_N`` the indices of the N largest weights; the context vector
 ``s_N = sum_{i in I_N} y_i``; the top-N mass ``abar_N = sum_{i in I_N} alpha_i``.
 
-* **true distance** (paper Eq. 7, read as a sum of norms, design section 7):
+* **true distance** (paper Eq. 7, read as a sum of norms; the other readings are in
+  :mod:`normlimits.readings`):
   ``d~_N = sum_{i not in I_N} ||y_i - s_N||``.
 * **norm-of-sum reading** (the other rendering of Eq. 7, kept to show that it cannot collapse):
   ``||sum_{i not in I_N} y_i - s_N|| = ||T - 2 s_N||`` with ``T = sum_i y_i``.
-* **random-subset expectation** (Theorem 1 part 2, reconstruction [R] of paper.md section 2):
+* **random-subset expectation** (Theorem 1 part 2, in the form reconstructed and proven in the
+  book's distances chapter):
   ``E = E_{I ~ U(L, N)}[d~] = main + eps`` with
   ``main = (L-N)/L * sum_i ||y_i - c (T - y_i)||``, ``c = N/(L-1)``, and
   ``0 <= eps <= (L-N)/L * sum_i sqrt(N (L-1-N)/(L-2) * sigma2_{-i})`` (the Jensen gap), where
@@ -26,7 +28,8 @@ Notation (one attention row, ``L`` visible keys, weights ``alpha`` summing to 1,
     below the linear one: ``sum a_i <= sqrt(n) ||a||_2``). The linear bound is the one plotted.
 
 How it is computed (all N of a grid from ONE sort per row; no loop over tokens or N): sort the
-visible weights once (a partial sort, ``topk``, when only the first ``max(grid)`` places matter);
+visible weights once (:func:`normlimits.selection.top_n`, the book's tie rule: among equal weights
+the earlier key ranks first; only the first ``max(grid)`` places matter);
 ``s_N`` for every N of the grid is a cumulative sum over the sorted ``y``; then
 ``||y_k - s_N||^2 = alpha_k^2 ||x_k||^2 - 2 alpha_k <x_k, s_N> + ||s_N||^2`` needs only
 ``<x_k, s_N>``: one matmul ``x @ S^T`` of cost ``L * d * n`` per row and head, cheaper than the
@@ -52,7 +55,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .fits import loglog_fit, slope_through_origin
+from .critical_n import ks_critical_n  # noqa: F401  (re-exported: the KS test lives there)
+from .selection import top_n
 
 __all__ = [
     "DistanceProfile",
@@ -64,14 +68,7 @@ __all__ = [
     "SweepResult",
     "sweep_length",
     "sweep_top_n",
-    "position_average",
-    "KSResult",
     "ks_critical_n",
-    "CriticalNSearch",
-    "critical_n_search",
-    "default_critical_grid",
-    "PowerFit",
-    "fit_critical_n",
 ]
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 22
@@ -236,16 +233,12 @@ def _profile_chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, visible: Te
     d = x.shape[-1]
     dtype, dev = w.dtype, w.device
     n = grid.numel()
-    # One (partial) sort per row: only the order of the n_max largest weights matters, every
+    # One (partial) sort per row (the book's tie rule, normlimits.selection.top_n): only the
+    # order of the n_max largest weights matters, every
     # other key is "outside the top N" for every N of the grid. Invisible keys (weight exactly 0
     # by contract) get key -1 and never enter the top n_max <= min(lengths).
     key = torch.where(visible, w, torch.full_like(w, -1.0))
-    if 4 * n_max < L:
-        w_s, top = torch.topk(key, n_max, dim=-1)                             # [b, r, n_max]
-    else:
-        order = torch.argsort(key, dim=-1, descending=True)
-        top = order[..., :n_max]
-        w_s = torch.gather(key, -1, top)
+    w_s, top = top_n(key, n_max)                    # [b, r, n_max]; ties: earlier key first
     rank = torch.full_like(w, n_max, dtype=torch.long)
     rank.scatter_(-1, top, torch.arange(n_max, device=dev).expand_as(top))
     # sorted position of each visible key (n_max beyond the top); -1 for invisible keys
@@ -552,205 +545,3 @@ def _sweep(captures, lengths, n_grid, bounds, chunk_elements) -> SweepResult:
     return SweepResult(lengths=lens, n_grid=_as_grid(n_grid), windows=count, fields=fields,
                        worst_true_over_bound=float(worst_t),
                        worst_linear_over_cauchy=float(worst_c))
-
-
-def position_average(captures: Iterable[WindowLike], length: int, n_grid: Sequence[int], *,
-                     rows_per_call: int = 128, bounds: bool = False, jensen: bool = False,
-                     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> SweepResult:
-    """The paper's aggregation (Algorithms 1-2): average over query positions t of a window.
-
-    Positions ``t = max(n_grid) - 1 .. length - 1`` of the first ``length`` tokens (rows with
-    fewer visible keys than N are trivial and left out), each row with its own ``t + 1`` visible
-    keys; the mean over positions, then over windows. Returns [layers, heads, 1, n] tensors
-    (the true distance and the main sum; the Jensen terms and the bounds only when asked for).
-    """
-    grid = _as_grid(n_grid)
-    first = int(grid.max()) - 1
-    acc: dict = {}
-    count = 0
-    for cap in captures:
-        window = cap.values.shape[-2]
-        _rows_for([length], window)
-        positions = torch.arange(first, length)
-        sums: dict = {}
-        for p0 in range(0, positions.numel(), rows_per_call):
-            rows = positions[p0:p0 + rows_per_call]
-            top = int(rows.max()) + 1
-            w = cap.weights(rows)[..., :top]
-            prof = distance_profile(w, cap.values[..., :top, :], grid, lengths=rows + 1,
-                                    jensen=jensen, bounds=bounds,
-                                    chunk_elements=chunk_elements)
-            part: dict = {}
-            _accumulate(part, prof)
-            for k, v in part.items():
-                v = v.sum(-2, keepdim=True)
-                sums[k] = sums[k] + v if k in sums else v
-        for k, v in sums.items():
-            v = v / positions.numel()
-            acc[k] = acc[k] + v if k in acc else v
-        count += 1
-    if count == 0:
-        raise ValueError("no windows were given; pass at least one captured window")
-    return SweepResult(lengths=torch.tensor([length]), n_grid=grid, windows=count,
-                       fields={k: v / count for k, v in acc.items()})
-
-
-# --------------------------------------------------------------------------------------------
-# Critical N (Figure 2c): two-sample KS on per-head means, every N of a grid from one pass
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KSResult:
-    """KS comparison of two per-head samples at every N of a grid.
-
-    ``n_grid`` [n]; ``statistic`` and ``pvalue`` [n] (scipy's two-sided ``ks_2samp``);
-    ``critical`` maps each significance level to the smallest N of the grid whose test fails
-    to reject (p > alpha), or None when every N is rejected.
-    """
-
-    n_grid: np.ndarray
-    statistic: np.ndarray
-    pvalue: np.ndarray
-    critical: dict
-
-
-def ks_critical_n(true_by_head, expected_by_head, n_grid: Sequence[int],
-                  alphas: Sequence[float] = (0.01, 0.05)) -> KSResult:
-    """Smallest N at which ``ks_2samp(true[:, N], expected[:, N])`` fails to reject.
-
-    ``true_by_head`` and ``expected_by_head``: ``[heads, n]`` arrays (per-head means, any
-    number of heads; 144 for GPT-2 124M). The KS p-value depends on the samples only through
-    the statistic and the two sample sizes, so scipy is called once per distinct statistic.
-    """
-    from scipy.stats import ks_2samp
-
-    a = np.asarray(torch.as_tensor(true_by_head, dtype=torch.float64).cpu())
-    b = np.asarray(torch.as_tensor(expected_by_head, dtype=torch.float64).cpu())
-    grid = np.asarray(_as_grid(n_grid).cpu())
-    if a.shape != b.shape or a.ndim != 2 or a.shape[1] != grid.size:
-        raise ValueError(f"expected two [heads, {grid.size}] arrays; got {a.shape} and {b.shape}")
-    for alpha in alphas:
-        if not 0 < alpha < 1:
-            raise ValueError(f"significance levels must lie in (0, 1); got {alpha}")
-    # Vectorised statistic: sup |F_a - F_b| over the pooled sample, for every N at once.
-    pooled = np.sort(np.concatenate([a, b], axis=0), axis=0)                  # [2h, n]
-    sa, sb = np.sort(a, axis=0), np.sort(b, axis=0)
-    fa = np.stack([np.searchsorted(sa[:, j], pooled[:, j], side="right") for j in
-                   range(grid.size)], axis=1) / a.shape[0]
-    fb = np.stack([np.searchsorted(sb[:, j], pooled[:, j], side="right") for j in
-                   range(grid.size)], axis=1) / b.shape[0]
-    stat = np.abs(fa - fb).max(axis=0)
-    pvalue = np.empty(grid.size)
-    cache: dict = {}
-    for j in range(grid.size):
-        key = round(float(stat[j]) * a.shape[0] * b.shape[0])
-        if key not in cache:
-            res = ks_2samp(a[:, j], b[:, j])
-            cache[key] = float(res.pvalue)
-        pvalue[j] = cache[key]
-    critical = {}
-    for alpha in alphas:
-        ok = np.nonzero(pvalue > alpha)[0]
-        critical[float(alpha)] = int(grid[ok[0]]) if ok.size else None
-    return KSResult(n_grid=grid, statistic=stat, pvalue=pvalue, critical=critical)
-
-
-def default_critical_grid(length: int, dense_up_to: int = 32, points: int = 96) -> list[int]:
-    """N grid for the critical-N search at context length ``length``.
-
-    Every integer up to ``min(dense_up_to, length)``, then ``points`` geometrically spaced
-    integers up to ``length`` (steps of about 7 % at L = 1024); ``length`` itself included.
-    """
-    dense = np.arange(1, min(dense_up_to, length) + 1)
-    geo = np.unique(np.round(np.geomspace(1, length, points)).astype(int))
-    return sorted(set(dense.tolist()) | set(geo.tolist()) | {length})
-
-
-@dataclass(frozen=True)
-class PowerFit:
-    """Fits of critical N against L: ``slope`` of N = slope * L (least squares through 0),
-    and the power law N = ``prefactor`` * L ** ``exponent`` (least squares in log-log);
-    ``points`` is how many (L, N) pairs entered."""
-
-    slope: float
-    prefactor: float
-    exponent: float
-    points: int
-
-
-def fit_critical_n(lengths: Sequence[int], critical: Sequence[int | None]) -> PowerFit | None:
-    """Fit critical N against L, ignoring lengths where no N qualified (None)."""
-    pairs = [(float(L), float(n)) for L, n in zip(lengths, critical) if n is not None]
-    if len(pairs) < 2:
-        return None
-    Ls, Ns = np.array(pairs).T
-    power = loglog_fit(Ls, Ns)
-    return PowerFit(slope=slope_through_origin(Ls, Ns), prefactor=float(power.prefactor),
-                    exponent=float(power.exponent), points=len(pairs))
-
-
-@dataclass(frozen=True)
-class CriticalNSearch:
-    """Figure 2c. ``lengths`` [m]; ``tests[i]`` the :class:`KSResult` at ``lengths[i]``;
-    ``critical[alpha]`` a list (one per length; None where no N qualified); ``fits[alpha]``
-    the :class:`PowerFit` (or None); ``true_means[i]``, ``expected_means[i]`` (the main sum,
-    a lower bound on E) and ``rms_means[i]`` (the root-mean-square upper bound on E) the per-head
-    means ``[heads, n_i]``. ``tests_rms``, ``critical_rms`` and ``fits_rms``: the same search
-    with the upper bound in place of the main sum (a sensitivity: E lies between the two)."""
-
-    lengths: list
-    tests: list
-    critical: dict
-    fits: dict
-    true_means: list
-    expected_means: list
-    rms_means: list
-    tests_rms: list
-    critical_rms: dict
-    fits_rms: dict
-
-
-def critical_n_search(captures: Iterable[WindowLike], lengths: Sequence[int],
-                      n_grids: dict | None = None, alphas: Sequence[float] = (0.01, 0.05), *,
-                      chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> CriticalNSearch:
-    """Critical N for every context length: per-head means over windows, KS at every N.
-
-    For each window and each L: the row ``L - 1`` (causality trick), keys ``0..L-1``, and one
-    :func:`distance_profile` call for the whole N grid (``n_grids[L]``, default
-    :func:`default_critical_grid`), without the fixed-set bounds. ``captures`` may be a one-shot
-    iterator: it is consumed once.
-    """
-    lens = [int(L) for L in lengths]
-    grids = {L: (n_grids or {}).get(L) or default_critical_grid(L) for L in lens}
-    sums_t: dict = {}
-    sums_e: dict = {}
-    sums_u: dict = {}
-    count = 0
-    for cap in captures:
-        window = cap.values.shape[-2]
-        _rows_for(lens, window)
-        w_all = cap.weights(torch.tensor(lens) - 1)                           # [.., m, window]
-        for i, L in enumerate(lens):
-            prof = distance_profile(w_all[..., i:i + 1, :L], cap.values[..., :L, :], grids[L],
-                                    lengths=[L], bounds=False, chunk_elements=chunk_elements)
-            n = len(grids[L])
-            for sums, v in ((sums_t, prof.true), (sums_e, prof.expected_main),
-                            (sums_u, prof.expected_rms)):
-                v = v[..., 0, :].reshape(-1, n).to(torch.float64).cpu()
-                sums[L] = sums[L] + v if L in sums else v
-        count += 1
-    if count == 0:
-        raise ValueError("no windows were given; pass at least one captured window")
-    tm = [sums_t[L] / count for L in lens]
-    em = [sums_e[L] / count for L in lens]
-    um = [sums_u[L] / count for L in lens]
-    tests = [ks_critical_n(t, e, grids[L], alphas) for t, e, L in zip(tm, em, lens)]
-    tests_u = [ks_critical_n(t, u, grids[L], alphas) for t, u, L in zip(tm, um, lens)]
-    critical = {float(a): [t.critical[float(a)] for t in tests] for a in alphas}
-    critical_u = {float(a): [t.critical[float(a)] for t in tests_u] for a in alphas}
-    return CriticalNSearch(lengths=lens, tests=tests, critical=critical,
-                           fits={a: fit_critical_n(lens, c) for a, c in critical.items()},
-                           true_means=tm, expected_means=em, rms_means=um, tests_rms=tests_u,
-                           critical_rms=critical_u,
-                           fits_rms={a: fit_critical_n(lens, c) for a, c in critical_u.items()})

@@ -7,8 +7,9 @@ recipe) and on the corpus text, none of which that cache sees: after a change to
 would serve the old outputs. ``make book`` therefore calls :func:`refresh` first, which fingerprints
 those inputs and, when the fingerprint differs from the one stored in the build folder, drops
 the execution cache together with Sphinx's saved environment (``.doctrees``: without that, Sphinx
-would not even re-read an unchanged chapter, so nothing would re-execute) and the chapters'
-ledger rows (rewritten as the chapters execute).
+would not even re-read an unchanged chapter, so nothing would re-execute), the chapters'
+ledger rows (rewritten as the chapters execute) and the forward passes the chapters share
+(``captures``, :mod:`normlimits.capture_cache`).
 
 Run as ``python -m normlimits.execution_cache [BUILD_DIR]`` (default ``_build``).
 """
@@ -26,10 +27,12 @@ from pathlib import Path
 #: environment variables that change what the chapters compute
 SETTING_PREFIXES = ("NORMLIMITS_",)
 SETTING_NAMES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+#: settings that only say where something is kept, not what is computed
+SETTINGS_IGNORED = ("NORMLIMITS_CAPTURE_CACHE",)
 DEFAULT_BUILD = Path("_build")
 #: what is dropped, relative to the build folder: the execution cache, Sphinx's environment and
-#: doctrees, the chapters' ledger rows
-DERIVED = (".jupyter_cache", ".doctrees", "ledger")
+#: doctrees, the chapters' ledger rows, the shared capture cache (normlimits.capture_cache)
+DERIVED = (".jupyter_cache", ".doctrees", "ledger", "captures")
 FINGERPRINT_FILE = "normlimits-inputs.json"
 
 
@@ -60,7 +63,7 @@ def inputs(environ: dict[str, str] | None = None, package_root: Path | None = No
     """What the executed chapters depend on beyond their own source, as a JSON-able dict."""
     env = os.environ if environ is None else environ
     settings = {k: v for k, v in sorted(env.items())
-                if k.startswith(SETTING_PREFIXES) or k in SETTING_NAMES}
+                if (k.startswith(SETTING_PREFIXES) or k in SETTING_NAMES) and k not in SETTINGS_IGNORED}
     return {
         "settings": settings,
         "package": package_digest(package_root),

@@ -1,15 +1,22 @@
-"""Resolve the model setting (``NORMLIMITS_MODEL``) to a loaded GPT-2-architecture model.
+"""Resolve the model setting (``NORMLIMITS_MODEL``) to a loaded causal language model.
 
-Names (design section 3):
+Names:
 
-- a Hugging Face id (``gpt2``, ``gpt2-medium``, ...) or a local directory written by
-  ``save_pretrained``: loaded with transformers' own loading code, eager attention;
+- a Hugging Face id (``gpt2``, ``EleutherAI/pythia-160m``, ...) or a local directory written by
+  ``save_pretrained``: loaded with transformers' own loading code, eager attention, any family
+  whose logits :mod:`normlimits.capture` can capture exactly (GPT-2, GPT-NeoX/Pythia, Llama,
+  Qwen2, OPT, ...; a family that adds ALiBi biases, soft-capping or attention sinks to its
+  logits is refused with :class:`UnsupportedModelError` naming what it adds);
 - ``standin``: the project's own byte-level GPT-2, trained on the corpus (:mod:`normlimits.standin`);
 - ``gpt2-random``: GPT-2 124M's exact configuration with random weights (timing work only).
 
 Unset, the setting means "GPT-2 if it can be had": ``gpt2`` from the local cache or the hub, and
 the stand-in where neither answers. Set explicitly, it is strict: a model that cannot be loaded
-raises :class:`ModelError`, whose message names the setting and the remedy.
+raises :class:`ModelError`, whose message names the setting (or the command-line option it came
+from), the value and the remedy.
+
+Where the model runs and in which precision: ``NORMLIMITS_DEVICE`` and ``NORMLIMITS_DTYPE``
+(:mod:`normlimits.devices`); float32 on the CPU by default.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Callable
 
 import torch
 
+from .devices import Placement, placement
 from .settings import MODEL_ENV, SettingError
 
 PAPER_MODEL = "gpt2"
@@ -43,10 +51,12 @@ def byte_encode(text: str) -> list[int]:
 
 @dataclass
 class LoadedModel:
-    """A loaded GPT-2-architecture model with what the book reports about it.
+    """A loaded causal language model with what the book reports about it.
 
-    ``model`` is a ``GPT2LMHeadModel`` in eval mode with eager attention; ``encode`` maps text to
-    token ids; ``source`` says where the weights came from, in words.
+    ``model`` is a ``*ForCausalLM`` in eval mode with eager attention; ``encode`` maps text to
+    token ids; ``source`` says where the weights came from, in words; ``placement`` where it runs
+    (None: wherever its parameters are, float32). The shape fields read the configuration under
+    every family's names (``num_hidden_layers`` for GPT-2's ``n_layer``, ...).
     """
 
     model: torch.nn.Module
@@ -56,10 +66,21 @@ class LoadedModel:
     tokenizer_kind: str
     is_paper_model: bool
     notes: list[str] = field(default_factory=list)
+    placement: Placement | None = None
 
     @property
     def config(self):
         return self.model.config
+
+    @property
+    def text_config(self):
+        """The language model's own configuration (the config itself for text-only models)."""
+        return self.config.get_text_config()
+
+    @property
+    def family(self) -> str:
+        """transformers' ``model_type``: gpt2, gpt_neox, llama, qwen2, opt, ..."""
+        return str(getattr(self.text_config, "model_type", None) or self.config.model_type)
 
     @property
     def n_params(self) -> int:
@@ -67,23 +88,64 @@ class LoadedModel:
 
     @property
     def n_layers(self) -> int:
-        return int(self.config.n_layer)
+        return int(self.text_config.num_hidden_layers)
 
     @property
     def n_heads(self) -> int:
-        return int(self.config.n_head)
+        """Query heads per layer (captures have this many; grouped keys are expanded to it)."""
+        return int(self.text_config.num_attention_heads)
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads per layer (fewer than ``n_heads`` with grouped-query attention)."""
+        return int(getattr(self.text_config, "num_key_value_heads", None) or self.n_heads)
 
     @property
     def d_model(self) -> int:
-        return int(self.config.n_embd)
+        return int(self.text_config.hidden_size)
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads
+        explicit = getattr(self.text_config, "head_dim", None)
+        return int(explicit) if explicit else self.d_model // self.n_heads
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the input embedding: token ids must lie in 0..vocab_size - 1."""
+        return int(self.model.get_input_embeddings().num_embeddings)
+
+    @property
+    def sliding_window(self) -> int | None:
+        """The attention window of sliding-window layers, or None where every layer sees all keys."""
+        return sliding_window(self.text_config)
 
     @property
     def max_positions(self) -> int:
-        return int(self.config.n_positions)
+        """The longest window capture accepts: the model's context, or its sliding window if shorter
+        (beyond it, some layers no longer see every earlier key)."""
+        context = int(self.text_config.max_position_embeddings)
+        window = self.sliding_window
+        return min(context, window) if window else context
+
+    @property
+    def context_limit(self) -> str:
+        """What bounds :attr:`max_positions`, for error messages."""
+        window = self.sliding_window
+        if window and window < int(self.text_config.max_position_embeddings):
+            return f"sliding window={window}"
+        name = "n_positions" if self.family == "gpt2" else "max_position_embeddings"
+        return f"{name}={self.max_positions}"
+
+
+def sliding_window(config) -> int | None:
+    """The sliding window some layers of ``config`` attend over, or None (all layers see every key)."""
+    window = getattr(config, "sliding_window", None)
+    if not window or getattr(config, "use_sliding_window", True) is False:
+        return None
+    types = getattr(config, "layer_types", None)
+    if types is not None and not any("sliding" in str(kind) for kind in types):
+        return None
+    return int(window)
 
 
 def _eager(model: torch.nn.Module) -> torch.nn.Module:
@@ -93,15 +155,41 @@ def _eager(model: torch.nn.Module) -> torch.nn.Module:
     return model.eval()
 
 
-def _check_architecture(model: torch.nn.Module, setting: str) -> None:
-    if getattr(model.config, "model_type", None) != "gpt2":
-        raise ModelError(
-            f"{MODEL_ENV}={setting!r} is a {model.config.model_type!r} model; the capture code reads "
-            "GPT-2's fused c_attn projection, so only GPT-2-architecture models are supported. "
-            f"Set {MODEL_ENV} to gpt2, gpt2-medium, ..., standin or a saved GPT-2 directory.")
+class UnsupportedModelError(ModelError):
+    """The model's attention modifies its logits in a way capture cannot reproduce (message: what)."""
 
 
-def _tokenizer_for(source: str, setting: str) -> tuple[Callable[[str], list[int]], str]:
+def _named(origin: str, setting: str) -> str:
+    """How an error names the value: ``NORMLIMITS_MODEL='x'`` or ``--model='x'``."""
+    return f"{origin}={setting!r}"
+
+
+def check_supported(model: torch.nn.Module, setting: str, origin: str = MODEL_ENV) -> None:
+    """Refuse a model whose logits capture cannot reproduce, naming what its family adds.
+
+    Checks the configuration (soft-capping, ALiBi, sinks), then one short capture pass, which
+    checks every layer (:mod:`normlimits.attention_tap`). Raises :class:`UnsupportedModelError`.
+    """
+    from .attention_tap import config_refusal
+    from .capture import layer_scales
+
+    family = getattr(model.config, "model_type", "?")
+    remedy = (f"Supported are families whose logits are scale * q.k under a causal mask "
+              f"(gpt2, gpt_neox/Pythia, llama, qwen2, opt, ...); set {origin} to one of those.")
+    reason = config_refusal(model.config)
+    if reason:
+        raise UnsupportedModelError(f"{_named(origin, setting)} is a {family!r} model, whose "
+                                    f"attention applies {reason}: not supported. {remedy}")
+    try:
+        layer_scales(model, length=4)
+    except UnsupportedModelError as exc:
+        raise UnsupportedModelError(f"{_named(origin, setting)}: {exc} {remedy}") from None
+    if not getattr(model.config.get_text_config(), "max_position_embeddings", None):
+        raise UnsupportedModelError(f"{_named(origin, setting)} is a {family!r} model without "
+                                    f"max_position_embeddings in its configuration. {remedy}")
+
+
+def _tokenizer_for(source: str, setting: str, origin: str = MODEL_ENV) -> tuple[Callable[[str], list[int]], str]:
     """The tokenizer saved with a model: the byte marker file, else transformers' AutoTokenizer."""
     marker = Path(source).expanduser() / BYTE_TOKENIZER_FILE
     if Path(source).expanduser().is_dir() and marker.is_file():
@@ -111,113 +199,205 @@ def _tokenizer_for(source: str, setting: str) -> tuple[Callable[[str], list[int]
         return byte_encode, "bytes (UTF-8)"
     from transformers import AutoTokenizer
 
+    remedy = (f"Save its tokenizer beside it (tokenizer.save_pretrained) or write {BYTE_TOKENIZER_FILE} "
+              "with {\"kind\": \"bytes\"} for a byte-level model.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as exc:
-        raise ModelError(
-            f"{MODEL_ENV}={setting!r}: the model loaded but no tokenizer was found with it ({exc}). "
-            f"Save its tokenizer beside it (tokenizer.save_pretrained) or write {BYTE_TOKENIZER_FILE} "
-            "with {\"kind\": \"bytes\"} for a byte-level model.") from exc
+        raise ModelError(f"{_named(origin, setting)}: the model loaded but no tokenizer was found "
+                         f"with it ({exc}). {remedy}") from exc
 
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
     if len(tokenizer) < 2 or not encode("The attention heads."):
         # transformers 5 builds an empty tokenizer, silently, where no tokenizer files exist
-        raise ModelError(
-            f"{MODEL_ENV}={setting!r}: the model loaded but no tokenizer was found with it (the "
-            f"tokenizer in {source} is empty). Save its tokenizer beside it (tokenizer.save_pretrained) "
-            f"or write {BYTE_TOKENIZER_FILE} with {{\"kind\": \"bytes\"}} for a byte-level model.")
+        raise ModelError(f"{_named(origin, setting)}: the model loaded but no tokenizer was found "
+                         f"with it (the tokenizer in {source} is empty). {remedy}")
 
     return encode, f"{type(tokenizer).__name__} (BPE)"
 
 
-def load_pretrained(source: str, setting: str | None = None) -> LoadedModel:
-    """Load a hub id or a ``save_pretrained`` directory with transformers' loading code.
+#: weight files ``save_pretrained`` writes (one file, or an index naming shards)
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 
-    Raises :class:`ModelError` naming the setting: unknown id, unavailable offline, a directory
-    without a model.
+
+def _weight_files(folder: Path) -> list[Path]:
+    """The weight files of a ``save_pretrained`` folder (shards resolved through an index)."""
+    for name in WEIGHT_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        if not name.endswith(".index.json"):
+            return [path]
+        try:
+            shards = sorted(set(json.loads(path.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ModelError(f"{path} is not a readable weight index ({exc}).") from None
+        return [folder / shard for shard in shards]
+    return []
+
+
+def check_model_folder(folder: Path, setting: str, origin: str = MODEL_ENV) -> None:
+    """A ``save_pretrained`` folder must hold config.json and complete, readable weights.
+
+    Safetensors headers are opened (cheap: the header only) so that an empty, truncated or random
+    file is named here rather than failing deep inside transformers.
+    """
+    named = _named(origin, setting)
+    save = "Point it at a folder written by model.save_pretrained(...), or use gpt2 or standin."
+    if not (folder / "config.json").is_file():
+        raise ModelError(f"{named} is a directory without a model (no config.json in {folder}). {save}")
+    try:
+        files = _weight_files(folder)
+    except ModelError as exc:
+        raise ModelError(f"{named}: {exc} Save the model again with model.save_pretrained.") from None
+    if not files:
+        raise ModelError(f"{named} is a folder with config.json but no weights (none of "
+                         f"{', '.join(WEIGHT_FILES)} in {folder}). Save the weights with "
+                         "model.save_pretrained(folder), or copy them beside config.json.")
+    from safetensors import safe_open
+
+    for path in files:
+        if not path.is_file():
+            raise ModelError(f"{named}: the weight shard {path} named by its index is missing. "
+                             "Save the model again with model.save_pretrained.")
+        if path.suffix != ".safetensors":
+            continue
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                handle.keys()
+        except Exception as exc:   # safetensors raises its own error types, all unreadable-file
+            raise ModelError(f"{named}: the weight file {path} ({path.stat().st_size:,} bytes) is "
+                             f"damaged or not a safetensors file ({type(exc).__name__}: {exc}). "
+                             "Save the model again with model.save_pretrained, or copy the file "
+                             "again.") from None
+
+
+def _load_kwargs(where: Placement) -> dict:
+    kwargs = {"attn_implementation": "eager", "dtype": where.dtype}
+    if where.device_map:
+        kwargs["device_map"] = where.device_map
+    return kwargs
+
+
+def load_pretrained(source: str, setting: str | None = None, *, origin: str = MODEL_ENV,
+                    where: Placement | None = None) -> LoadedModel:
+    """Load a hub id or a ``save_pretrained`` directory with transformers' loading code, on the
+    device and in the dtype of ``where`` (default: the device and dtype settings).
+
+    Raises :class:`ModelError` naming ``origin`` (the setting or option the name came from): an
+    unknown id, unavailable offline, a directory without a model or with damaged weights; and
+    :class:`UnsupportedModelError` for a family whose logits capture cannot reproduce.
     """
     from transformers import AutoModelForCausalLM
 
     setting = source if setting is None else setting
+    named = _named(origin, setting)
+    where = where or placement()
     path = Path(source).expanduser()
     looks_like_path = source.startswith((".", "/", "~")) or source.count("/") > 1
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelError(
-                f"{MODEL_ENV}={setting!r} is a directory without a model (no config.json in {path}). "
-                "Point it at a folder written by model.save_pretrained(...), or use gpt2 or standin.")
-        where = f"local directory {path.resolve()}"
+    is_folder = path.is_dir()
+    if is_folder:
+        check_model_folder(path, setting, origin)
+        where_from = f"local directory {path.resolve()}"
         source = str(path)
     elif looks_like_path:
-        raise ModelError(f"{MODEL_ENV}={setting!r}: no such directory {path}. Point it at a folder "
+        raise ModelError(f"{named}: no such directory {path}. Point it at a folder "
                          "written by model.save_pretrained(...), or use gpt2 or standin.")
     elif not _HUB_ID.match(source):
-        raise ModelError(f"{MODEL_ENV}={setting!r} is not a model name this project knows: use a "
+        raise ModelError(f"{named} is not a model name this project knows: use a "
                          "Hugging Face id such as gpt2, a save_pretrained directory, 'standin' or "
                          "'gpt2-random'.")
     else:
-        where = f"Hugging Face id {source!r}"
+        where_from = f"Hugging Face id {source!r}"
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, attn_implementation="eager")
-    except OSError as exc:
+        model = AutoModelForCausalLM.from_pretrained(source, **_load_kwargs(where))
+    except Exception as exc:      # for a folder, whatever fails is the folder's content
+        if isinstance(exc, torch.OutOfMemoryError):
+            raise
+        if is_folder:
+            raise ModelError(f"{named}: transformers could not load the model in {source} "
+                             f"({type(exc).__name__}: {exc}). Save it again with "
+                             "model.save_pretrained(folder).") from exc
+        if not isinstance(exc, OSError):
+            raise
         text = f"{exc} {exc.__cause__!r}"
         if "not a valid model identifier" in text or "RepositoryNotFound" in text:
-            raise ModelError(f"{MODEL_ENV}={setting!r} is an unknown model: the hub has no such id. "
+            raise ModelError(f"{named} is an unknown model: the hub has no such id. "
                              "Use gpt2 (or gpt2-medium, ...), a save_pretrained directory, 'standin' "
                              "or 'gpt2-random'.") from exc
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
         raise ModelError(
-            f"{MODEL_ENV}={setting!r} is not available: it is not in the local Hugging Face cache and "
+            f"{named} is not available: it is not in the local Hugging Face cache and "
             f"the hub {'is disabled (HF_HUB_OFFLINE=1)' if offline else 'did not answer'}. Remedy: run "
-            f"once with network access to cache it, point {MODEL_ENV} at a save_pretrained directory, "
-            f"or set {MODEL_ENV}=standin to use the project's offline stand-in.") from exc
-    _check_architecture(model, setting)
-    encode, kind = _tokenizer_for(source, setting)
-    return LoadedModel(model=_eager(model), name=setting, source=where, encode=encode,
-                       tokenizer_kind=kind, is_paper_model=(source == PAPER_MODEL))
+            f"once with network access to cache it, point {origin} at a save_pretrained directory, "
+            f"or set {origin}=standin to use the project's offline stand-in.") from exc
+    if not where.device_map:
+        model.to(where.device)
+    model = _eager(model)
+    check_supported(model, setting, origin)
+    encode, kind = _tokenizer_for(source, setting, origin)
+    return LoadedModel(model=model, name=setting, source=where_from, encode=encode,
+                       tokenizer_kind=kind, is_paper_model=(source == PAPER_MODEL), placement=where)
 
 
-def gpt2_random(seed: int = 0) -> LoadedModel:
+def gpt2_random(seed: int = 0, where: Placement | None = None) -> LoadedModel:
     """GPT-2 124M's exact configuration with random weights (for timing and memory work only).
 
     Its tokenizer is byte-level (ids 0..255 are valid GPT-2 ids): the cost of a forward pass does
-    not depend on which ids are fed, and GPT-2's BPE files cannot be had offline.
+    not depend on which ids are fed, and GPT-2's BPE files cannot be had offline. With the device
+    setting ``map`` it is put whole on the first device (it fits on any).
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    where = where or placement()
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(GPT2Config(attn_implementation="eager"))
+    model.to(device=where.device, dtype=where.dtype)
     return LoadedModel(model=_eager(model), name=GPT2_RANDOM,
                        source=f"random weights (seed {seed}), GPT-2 124M configuration",
                        encode=byte_encode, tokenizer_kind="bytes (UTF-8), timing only",
-                       is_paper_model=False,
+                       is_paper_model=False, placement=where,
                        notes=["Random weights: only timings and memory are meaningful, not the values."])
 
 
-def load_model(name: str | None = None) -> LoadedModel:
+def _placed(loaded: LoadedModel, where: Placement) -> LoadedModel:
+    """``loaded`` moved to ``where`` (the stand-in is small: one device, no device map)."""
+    loaded.model.to(device=where.device, dtype=where.dtype)
+    loaded.placement = where
+    return loaded
+
+
+def load_model(name: str | None = None, *, origin: str = MODEL_ENV, device: str | None = None,
+               dtype: str | torch.dtype | None = None) -> LoadedModel:
     """Resolve ``name`` (default: ``NORMLIMITS_MODEL``) to a :class:`LoadedModel`.
 
+    ``origin`` names where ``name`` came from in error messages (default the setting; the bench
+    passes ``--model``). ``device``/``dtype`` default to ``NORMLIMITS_DEVICE``/``NORMLIMITS_DTYPE``.
     Unset means GPT-2 if the local cache or the hub has it, else the stand-in (the returned
     model's ``notes`` say why). Set explicitly, any failure raises :class:`ModelError`.
     """
+    where = placement(device, dtype)
     setting = name if name is not None else os.environ.get(MODEL_ENV, "")
     setting = setting.strip()
     if setting == "":
         try:
-            return load_pretrained(PAPER_MODEL, setting="gpt2 (default)")
+            return load_pretrained(PAPER_MODEL, setting="gpt2 (default)", where=where)
+        except UnsupportedModelError:
+            raise
         except ModelError as exc:
             from .standin import load_standin
 
-            loaded = load_standin()
+            loaded = _placed(load_standin(), where)
             loaded.notes.append(f"{MODEL_ENV} is unset and GPT-2 could not be loaded, so the "
                                 f"stand-in is used. Reason: {exc}")
             return loaded
     if setting == STANDIN:
         from .standin import load_standin
 
-        return load_standin()
+        return _placed(load_standin(), where)
     if setting == GPT2_RANDOM:
-        return gpt2_random()
-    return load_pretrained(setting)
+        return gpt2_random(where=where)
+    return load_pretrained(setting, origin=origin, where=where)

@@ -21,6 +21,14 @@ adaptive (adaptive T)         ``softmax(beta(H) z)``, ``H`` = entropy of        
                               ``softmax(z)``, ``beta = max(poly(H), 1)`` if H > 0.5
 sa-softmax (Self-Adjust)      ``c_i softmax(z)_i``, ``c_i = (z_i - min(z_min, 0)) /   no (<= 1)
                               (max(z_max, 0) - min(z_min, 0))``
+softpick                      ``relu(e^{z_i} - 1) / sum_j |e^{z_j} - 1|``             no (<= 1), 0s
+sigmoid (bias -log n)         ``sigmoid(z_i - log n)``                               no
+stickbreaking                 ``b_i prod_{k > i} (1 - b_k)``, ``b = sigmoid(z)``,     no (<= 1)
+                              the stick broken from the last visible key backwards
+asentmax (ASEntmax)           ``1.5-entmax((delta + beta log(n + 1)^gamma) z)``       yes, exact 0s
+topk-sqrt / topk-log2         softmax over the ``k`` largest logits, ``k =            yes, exact 0s
+                              ceil(sqrt n)`` / ``ceil(log2 n)`` (at least 1)
+sink (learned sink logit b)   ``exp(z_i) / (exp(b) + sum_j exp(z_j))``              no (< 1)
 ============================  ====================================================  ===========
 
 :data:`NORMALIZERS` is the registry (ordered; softmax first); :func:`get_normalizer` looks a name
@@ -52,6 +60,19 @@ __all__ = [
     "adaptive_temperature_softmax",
     "adaptive_beta",
     "self_adjusted_softmax",
+    "softpick",
+    "sigmoid_attention",
+    "stick_breaking",
+    "asentmax",
+    "asentmax_scale",
+    "topk_softmax",
+    "topk_size",
+    "sink_softmax",
+    "sink_normalizer",
+    "ssmax_gamma_normalizer",
+    "ASENTMAX_DELTA",
+    "ASENTMAX_GAMMA",
+    "TOPK_RULES",
     "VELICKOVIC_POLYNOMIAL",
     "SSMAX_REFERENCE_LENGTH",
     "Normalizer",
@@ -289,6 +310,180 @@ def self_adjusted_softmax(logits: Tensor, dim: int = -1, n=None, normalized: boo
     return torch.where(visible, scale * p, torch.zeros_like(p))
 
 
+def softpick(logits: Tensor, dim: int = -1, n=None) -> Tensor:
+    """Softpick (Zuhri et al. 2025, arXiv 2504.20966): ``relu(e^{z_i} - 1) / sum_j |e^{z_j} - 1|``.
+
+    Rectified: a key with ``z_i <= 0`` gets exactly 0, and the row sums to
+    ``sum_i relu(e^{z_i} - 1) / sum_j |e^{z_j} - 1| <= 1`` (1 only when no visible logit is
+    negative; a row whose logits are all <= 0 is all zeros): a head can attend to nothing
+    without a sink token. The sum runs over the visible keys only (masked keys neither receive
+    weight nor enter the denominator, as in the reference ``naive_softpick_attn.py``). Computed
+    stably as ``e^{-c} (e^{z} - 1)`` with ``c = max(z_max, 0)`` (``expm1`` when ``c = 0``); the
+    reference's ``eps = 1e-8`` in the denominator is left out (it only matters when every logit
+    is exactly 0, where this returns the zero row). ``n`` is unused.
+    """
+    visible = visible_mask(logits, dim)
+    z = _masked(logits, visible)
+    top = torch.where(visible, z, torch.full_like(z, float("-inf"))).amax(dim=dim, keepdim=True)
+    shift = top.clamp_min(0.0).detach()
+    shifted = torch.exp(z - shift) - torch.exp(-shift)                  # e^{-c} (e^z - 1), c > 0
+    small = torch.expm1(z.clamp_max(0.0))                               # c = 0: every z <= 0
+    e = torch.where(visible, torch.where(shift > 0, shifted, small), torch.zeros_like(z))
+    den = e.abs().sum(dim=dim, keepdim=True)
+    safe = torch.where(den > 0, den, torch.ones_like(den))
+    return torch.where(den > 0, torch.relu(e) / safe, torch.zeros_like(e))
+
+
+def sigmoid_attention(logits: Tensor, dim: int = -1, n=None) -> Tensor:
+    """Sigmoid attention (Ramapuram et al. 2025, arXiv 2409.04431): ``sigmoid(z_i - log n)``.
+
+    Elementwise, no competition between keys: the bias ``b = -log n`` makes every weight start
+    near ``1/n``. ``n`` = visible keys per row (default: counted; the original sets one constant
+    from the training sequence length, which equals the count for the last query of a window).
+    Rows need not sum to 1. Masked keys get exactly 0.
+    """
+    visible = visible_mask(logits, dim)
+    count = visible_count(logits, dim, n, visible)
+    z = _masked(logits, visible)
+    return torch.where(visible, torch.sigmoid(z - torch.log(count)), torch.zeros_like(z))
+
+
+def stick_breaking(logits: Tensor, dim: int = -1, n=None) -> Tensor:
+    """Stick-breaking attention (Tan et al. 2025, arXiv 2410.17980): order-dependent weights.
+
+    ``b_i = sigmoid(z_i)``; the key order is the order along ``dim`` and the stick is broken
+    from the LAST visible key backwards (the most recent token first, as in the reference
+    ``sb_ref.py``): ``w_i = b_i prod_{k > i, k visible} (1 - b_k)``, so the weights sum to
+    ``1 - prod_k (1 - b_k) < 1``. Masked keys (``-inf``, e.g. the future under a causal mask)
+    neither receive weight nor break the stick. Computed in log space,
+    ``log w_i = logsigmoid(z_i) + sum_{k > i} logsigmoid(-z_k)`` (a reversed cumulative sum).
+    Under GPT-2's causal mask the query's own key is visible and breaks the stick first; the
+    reference excludes it (``attend_current=False``): mask the diagonal to reproduce that.
+    ``n`` is unused.
+    """
+    visible = visible_mask(logits, dim)
+    z = _masked(logits, visible)
+    log_keep = torch.where(visible, torch.nn.functional.logsigmoid(-z), torch.zeros_like(z))
+    suffix = torch.flip(torch.cumsum(torch.flip(log_keep, [dim]), dim), [dim]) - log_keep
+    log_w = torch.nn.functional.logsigmoid(z) + suffix
+    return torch.where(visible, torch.exp(log_w), torch.zeros_like(z))
+
+
+#: ASEntmax's offset delta (the reference code's default ``attn_scale_delta = 1``)
+ASENTMAX_DELTA = 1.0
+#: ASEntmax's exponent gamma on log n (learned per query in the original; 1 here: "log n")
+ASENTMAX_GAMMA = 1.0
+
+
+def asentmax_scale(count: Tensor, beta: float | None = None, delta: float = ASENTMAX_DELTA,
+                   gamma: float = ASENTMAX_GAMMA) -> Tensor:
+    """ASEntmax's logit scale ``delta + beta * log(n + 1)^gamma`` for ``n`` visible keys.
+
+    ``log(n + 1)``: the reference code takes ``log(position + 2)`` for the query at 0-based
+    ``position``, which sees ``position + 1`` keys. ``beta`` (learned per query from the hidden
+    state in the original) defaults to SSMax's ``s = 1/log 32``, so both length-aware
+    normalisers grow their scale with the same ``log n`` slope. Must be >= 0.
+    """
+    b = ssmax_scale(beta)
+    if not delta > 0:
+        raise ValueError(f"ASEntmax's delta must be > 0 (got {delta!r}); the scale must stay positive.")
+    return delta + b * torch.log(count + 1) ** gamma
+
+
+def asentmax(logits: Tensor, dim: int = -1, n=None, beta: float | None = None,
+             delta: float = ASENTMAX_DELTA, gamma: float = ASENTMAX_GAMMA) -> Tensor:
+    """Adaptive-Scalable Entmax (Vasylenko et al. 2025, arXiv 2506.16640), on fixed logits.
+
+    ``1.5-entmax(c z)`` with the length-aware scale ``c = delta + beta log(n + 1)^gamma``
+    (:func:`asentmax_scale`; ``n`` = visible keys, counted by default). The original learns
+    ``beta = softplus(w_b . h)`` and ``gamma = 2 tanh(w_g . h)`` per query; on a model trained
+    with softmax nothing is learned, so they are fixed here (defaults: ``delta = 1``,
+    ``beta = 1/log 32``, ``gamma = 1``). Exact zeros; rows sum to 1 (``entmax.entmax15``).
+    """
+    from entmax import entmax15 as _entmax15
+
+    visible = visible_mask(logits, dim)
+    c = asentmax_scale(visible_count(logits, dim, n, visible), beta, delta, gamma)
+    out = _entmax15(c * logits, dim=dim)
+    return torch.where(visible, out, torch.zeros_like(out))
+
+
+#: top-k rules: name -> k(n) for n visible keys (at least 1)
+TOPK_RULES: dict[str, Callable[[Tensor], Tensor]] = {}
+
+
+def _ceil_sqrt(count: Tensor) -> Tensor:
+    k = torch.ceil(torch.sqrt(count))
+    k = torch.where((k - 1) ** 2 >= count, k - 1, k)          # guard float round-off both ways
+    return torch.where(k ** 2 < count, k + 1, k)
+
+
+def _ceil_log2(count: Tensor) -> Tensor:
+    k = torch.ceil(torch.log2(count))
+    k = torch.where(2.0 ** (k - 1) >= count, k - 1, k)
+    return torch.where(2.0 ** k < count, k + 1, k)
+
+
+TOPK_RULES.update({"sqrt": _ceil_sqrt, "log2": _ceil_log2})
+
+
+def topk_size(count, rule: str | int) -> Tensor:
+    """``k`` for ``count`` visible keys: ``ceil(sqrt n)`` ("sqrt"), ``ceil(log2 n)`` ("log2"), or
+    a fixed int; never below 1 nor above n. Same shape as ``count`` (float)."""
+    count = torch.as_tensor(count, dtype=torch.float64)
+    if isinstance(rule, str):
+        if rule not in TOPK_RULES:
+            raise ValueError(f"unknown top-k rule {rule!r}; use one of {sorted(TOPK_RULES)} or an int k >= 1")
+        k = TOPK_RULES[rule](count)
+    else:
+        if int(rule) < 1:
+            raise ValueError(f"top-k needs k >= 1 (got {rule!r})")
+        k = torch.full_like(count, float(int(rule)))
+    return torch.minimum(k.clamp_min(1.0), count)
+
+
+def topk_softmax(logits: Tensor, dim: int = -1, n=None, rule: str | int = "sqrt") -> Tensor:
+    """Top-k softmax: softmax over the ``k`` largest visible logits, exactly 0 elsewhere.
+
+    ``k = topk_size(n, rule)`` per row (``n`` = visible keys, counted by default), e.g.
+    ``ceil(sqrt n)``: the paper's guideline "limit top-k to a sub-linear function of L" made into
+    a normaliser. The keys are chosen by :func:`normlimits.selection.top_n` (ties at the k-th
+    place: the earlier key first), so exactly k keys are kept. Rows sum to 1.
+    """
+    from .selection import top_n
+
+    visible = visible_mask(logits, dim)
+    count = visible_count(logits, dim, n, visible)
+    k = topk_size(count, rule).to(logits.dtype)
+    z = logits.detach().movedim(dim, -1)
+    _, order = top_n(z, int(k.max()))                            # book order: ties to the earlier key
+    places = torch.arange(order.shape[-1], device=logits.device, dtype=logits.dtype)
+    chosen = places < k.movedim(dim, -1)                         # the first k of each row
+    keep = torch.zeros_like(z, dtype=torch.bool).scatter_(-1, order, chosen.expand_as(order))
+    keep = keep.movedim(-1, dim) & visible
+    return _softmax_masked(_masked(logits, keep), keep, dim)
+
+
+def sink_softmax(logits: Tensor, dim: int = -1, n=None, sink=0.0) -> Tensor:
+    """Softmax with a sink logit ``b``: ``exp(z_i) / (exp(b) + sum_j exp(z_j))``.
+
+    The learnable form of softmax_1 (``b = 0``) used by recent open-weight models (one learned
+    logit per head joins the softmax and is dropped after it, e.g. ``modeling_gpt_oss.py`` in
+    transformers). ``sink``: a number, or a tensor broadcastable to ``logits`` with size 1 along
+    ``dim`` (one b per head). Rows sum to ``S / (e^b + S) < 1``. Computed stably (shift by
+    ``max(z_max, b)``). ``n`` is unused.
+    """
+    visible = visible_mask(logits, dim)
+    z = _masked(logits, visible)
+    b = torch.as_tensor(sink, dtype=z.dtype, device=z.device)
+    if bool(~torch.isfinite(b).all()):
+        raise ValueError(f"the sink logit b must be finite (got {sink!r}); b -> -inf is plain softmax.")
+    top = torch.where(visible, z, torch.full_like(z, float("-inf"))).amax(dim=dim, keepdim=True)
+    shift = torch.maximum(top, b).detach()
+    e = torch.where(visible, torch.exp(z - shift), torch.zeros_like(z))
+    return e / (torch.exp(b - shift) + e.sum(dim=dim, keepdim=True))
+
+
 # ----------------------------------------------------------------------------------- registry
 @dataclass(frozen=True)
 class Normalizer:
@@ -344,8 +539,52 @@ NORMALIZERS: dict[str, Normalizer] = {
                    r"\frac{z_i-\min(z_{\min},0)}{\max(z_{\max},0)-\min(z_{\min},0)}"
                    r"\,\frac{e^{z_i}}{\sum_j e^{z_j}}", "zheng2025selfadjust",
                    sums_to_one=False, sparse=False, length_aware=False),
+        Normalizer("softpick", "softpick", softpick,
+                   r"\frac{\max(e^{z_i}-1,\,0)}{\sum_j |e^{z_j}-1|}", "zuhri2025softpick",
+                   sums_to_one=False, sparse=True, length_aware=False),
+        Normalizer("sigmoid", "sigmoid", sigmoid_attention,
+                   r"\sigma(z_i - \log n)", "ramapuram2025sigmoid",
+                   sums_to_one=False, sparse=False, length_aware=True),
+        Normalizer("stickbreaking", "stick-breaking", stick_breaking,
+                   r"\sigma(z_i)\prod_{k>i}\bigl(1-\sigma(z_k)\bigr)", "tan2025stickbreaking",
+                   sums_to_one=False, sparse=False, length_aware=False),
+        Normalizer("asentmax", "ASEntmax", asentmax,
+                   r"\mathrm{entmax}_{1.5}\bigl((1 + s\log(n+1))\,z\bigr)_i,\ s = 1/\log 32",
+                   "vasylenko2026longcontext", sums_to_one=True, sparse=True, length_aware=True),
+        Normalizer("topk-sqrt", "top-k, k=ceil(sqrt L)", topk_softmax,
+                   r"\mathrm{softmax}(z_{\mathrm{top}\,\lceil\sqrt n\rceil})_i",
+                   "mudarisov2025limitations", sums_to_one=True, sparse=True, length_aware=True,
+                   options={"rule": "sqrt"}),
+        Normalizer("topk-log2", "top-k, k=ceil(log2 L)", topk_softmax,
+                   r"\mathrm{softmax}(z_{\mathrm{top}\,\lceil\log_2 n\rceil})_i",
+                   "mudarisov2025limitations", sums_to_one=True, sparse=True, length_aware=True,
+                   options={"rule": "log2"}),
     )
 }
+
+
+def sink_normalizer(sink, label: str | None = None, key: str | None = None) -> Normalizer:
+    """The sink-logit normaliser (:func:`sink_softmax`) with ``b = sink`` bound in: a number, or
+    a per-head tensor broadcastable to ``[..., R, L]`` logits (e.g. ``[layers, heads, 1, 1]``).
+    ``key`` defaults to ``"sink"`` for a tensor of several b and ``sink-b<b>`` for one number;
+    ``label`` to ``sink (b=...)``."""
+    b = torch.as_tensor(sink, dtype=torch.float64)
+    if label is None:
+        label = f"sink (b={float(b):g})" if b.numel() == 1 else "sink (b per head)"
+    if key is None:
+        key = f"sink-b{float(b):g}" if b.numel() == 1 else "sink"
+    return Normalizer(key, label, sink_softmax, r"\frac{e^{z_i}}{e^{b}+\sum_j e^{z_j}}",
+                      "miller2023offbyone", sums_to_one=False, sparse=False, length_aware=False,
+                      options={"sink": b})
+
+
+def ssmax_gamma_normalizer(gamma: float) -> Normalizer:
+    """SSMax with scale ``gamma``: ``softmax(gamma log(n) z)`` (the critical-scaling sweep; the
+    registry's SSMax is ``gamma = 1/log 32``). Key ``ssmax-g<gamma>``."""
+    g = ssmax_scale(gamma)
+    return Normalizer(f"ssmax-g{g:.4g}", f"SSMax, gamma={g:.3g}", scalable_softmax,
+                      r"\mathrm{softmax}(\gamma\log n\, z)_i", "chen2026critical",
+                      sums_to_one=True, sparse=False, length_aware=True, options={"s": g})
 
 
 def get_normalizer(name: str | Normalizer) -> Normalizer:

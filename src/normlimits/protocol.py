@@ -18,13 +18,22 @@ from typing import NamedTuple
 __all__ = [
     "PAPER_MODEL", "PAPER_HEADS", "PAPER_PARAMETERS", "MAX_LENGTH", "length_grid",
     "half_octave_grid", "FIXED_N", "TOP_N_GRID", "KS_ALPHA_TEXT", "KS_ALPHA_ALGORITHM",
-    "KS_ALPHAS", "CRITICAL_FRACTION", "SEPARABILITY_N_GRID", "SEPARABILITY_KNEE",
+    "KS_ALPHAS", "CRITICAL_FRACTION", "POSITIONS_PER_OCTAVE", "MC_DRAWS", "MC_KEYS",
+    "READING_TABLE_WINDOWS", "SEPARABILITY_N_GRID", "SEPARABILITY_KNEE",
     "SEPARABILITY_PLATEAU", "SEPARABILITY_MONITOR_BAND", "MULTIHEAD_P", "MULTIHEAD_H",
     "MULTIHEAD_COVERAGE", "EPSILONS", "TEMPERATURE_RANGE", "TEMPERATURES_PER_DECADE",
     "SHARP_T", "HIGH_T", "G_DROP_ORDERS", "LINEAR_EXPONENT_BAND", "JACOBIAN_ROWS",
     "GUIDELINE_TEMPERATURES", "GUIDELINE_N_GRID", "SECULAR_TAIL", "TR_TEMPERATURES", "TR_SEEDS",
     "TR_HARDER_SPREADS", "TR_GRADIENT_RATIO",
-    "SEPARABILITY_SPACED_ROWS", "PAPER_TABLE1", "PaperTime", "CHAPTER_BUDGET_SECONDS",
+    "SEPARABILITY_SPACED_ROWS", "SEPARABILITY_SENSITIVITY_ROWS", "SEPARABILITY_HIDDEN_ROWS",
+    "SEPARABILITY_FLAT_SLOPE", "SEPARABILITY_TEMPERATURES", "SEPARABILITY_TEMPERATURE_ROWS",
+    "PAPER_TABLE1", "PaperTime", "CHAPTER_BUDGET_SECONDS",
+    "ALT_FLAT_EXPONENT", "ALT_EXPONENT_GAIN", "ALT_SEPARABILITY_MARGIN", "ALT_DECOUPLING_FACTOR",
+    "ALT_KS_ALPHA", "ALT_GAMMA_FACTORS", "ALT_GAMMA_REGIME", "ALT_SINK_LOGITS", "ALT_ROWS",
+    "ALT_JACOBIAN_ROWS", "ALT_JACOBIAN_WINDOWS", "ALT_LANCZOS_STEPS", "ALT_SWEEP_WINDOWS",
+    "ALT_SYNTHETIC_TRIALS",
+    "REMOVAL_TOLERANCES", "REMOVAL_TOLERANCE", "REMOVAL_LENGTHS", "REMOVAL_TARGETS",
+    "REMOVAL_WINDOWS", "REMOVAL_EXPONENT_BAND", "REMOVAL_RENORM_FACTOR", "REMOVAL_PREDICT_FACTOR",
 ]
 
 # ------------------------------------------------------------------------------- model and data
@@ -80,6 +89,16 @@ KS_ALPHAS = (KS_ALPHA_TEXT, KS_ALPHA_ALGORITHM)
 #: paper, Section 3.1 and guideline 1: "critical N grows ... (approximately 0.06 L)",
 #: "fewer than 6% of the tokens"
 CRITICAL_FRACTION = 0.06
+#: book: the paper's protocol for Fig. 2 averages over every query position; the critical-N
+#: search and the reading table use this many positions per octave of t (a stratified sample
+#: whose error the distances chapter measures against every position)
+POSITIONS_PER_OCTAVE = 16
+#: book: Monte Carlo draws of a uniform N-subset per query row, and the keys each draw sums over
+#: (drawn with replacement: an unbiased estimate with its standard error)
+MC_DRAWS = 4
+MC_KEYS = 64
+#: book: windows averaged by the reading table's studies on vectors other than the value vectors
+READING_TABLE_WINDOWS = 2
 #: book: a fitted log-log exponent counts as "linear" inside this band (used for Fig. 2a's
 #: "grow roughly linearly" and Fig. 2c's "approximately 0.06 L")
 LINEAR_EXPONENT_BAND = (0.8, 1.2)
@@ -97,9 +116,24 @@ SEPARABILITY_MONITOR_BAND = (0.70, 0.80)
 MULTIHEAD_P = 0.8
 MULTIHEAD_H = 3
 MULTIHEAD_COVERAGE = 0.99
-#: book: query rows per window for the bench's separability workload (the chapter measures the
-#: error of this subsample against every row)
+#: book: query rows per window for the bench's separability workload, and for the chapter's
+#: plug-in bounds and multi-head measurements; the chapter measures the error of this subsample
+#: against every row
 SEPARABILITY_SPACED_ROWS = 128
+#: book: query rows per window for the chapter's sensitivity analyses on the raw value vectors
+#: and on uniform points (each costs what the value vectors cost per row); the chapter states the
+#: standard error this sample leaves on each head's mean
+SEPARABILITY_SENSITIVITY_ROWS = 64
+#: book: query rows per window for the 768-dimensional hidden states at GPT-2's size (per row
+#: about 3 times the value vectors' cost even through their Gram matrix); the chapter states the
+#: standard error this sample leaves on each head's mean
+SEPARABILITY_HIDDEN_ROWS = 32
+#: book: a decline of N_s/N counts as stopped when its slope per doubling of N is within this of 0
+SEPARABILITY_FLAT_SLOPE = 0.02
+#: book: softmax temperatures for "a smaller T separates tokens better" (paper, Sec. 2.3; the
+#: model's own logits, T = 1 is the model), measured on SEPARABILITY_TEMPERATURE_ROWS spaced rows
+SEPARABILITY_TEMPERATURES = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+SEPARABILITY_TEMPERATURE_ROWS = 16
 
 # ------------------------------------------------------------- gradients (Section 3.3, Fig. 4)
 #: paper, Section 3.3: epsilon in {1e-3, 1e-1, 10}
@@ -132,6 +166,57 @@ TR_SEEDS = (0, 1, 2)
 TR_HARDER_SPREADS = 1.0
 TR_GRADIENT_RATIO = 2.0
 
+
+# ------------------------------------------------------- alternatives (Section 4, Discussion)
+#: book: a normaliser "escapes" vanishing attention when its median head's largest weight falls
+#: no faster than L^-0.1 over L = 32..1024 ...
+ALT_FLAT_EXPONENT = -0.1
+#: book: ... and "slows" it when its exponent exceeds softmax's by at least 0.1
+ALT_EXPONENT_GAIN = 0.1
+#: book: N_s/N counts as higher than softmax's at an N when it exceeds it by this margin
+ALT_SEPARABILITY_MARGIN = 0.02
+#: book: "less gradient at equal selectivity" = at most this fraction of softmax's Jacobian norm
+#: (2 is the factor between softmax's and sparsemax's worst cases)
+ALT_DECOUPLING_FACTOR = 0.5
+#: paper, Section 3.1: the KS level of Figure 2c, used for every normaliser's critical N
+ALT_KS_ALPHA = KS_ALPHA_TEXT
+#: book: SSMax's scale gamma swept at these multiples of the critical value (arXiv 2510.05554)
+ALT_GAMMA_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
+#: book: a phase transition at the critical gamma shows as a mean largest weight (L = 1024) of
+#: at most the first number at half the critical gamma and at least the second at twice it
+ALT_GAMMA_REGIME = (0.25, 0.75)
+#: book: the sink logits b of the sweep (b = 0 is softmax_1)
+ALT_SINK_LOGITS = (-4.0, -2.0, 0.0, 2.0, 4.0, 8.0)
+#: book: the alternatives chapter's sampling (it measures 13 normalisers and two sweeps within
+#: its budget): query rows per window for distance and separability, rows and windows for the
+#: Jacobian (the costly yardstick), Lanczos steps for norms without a closed form, windows of the
+#: SSMax and sink sweeps, synthetic rows per length
+ALT_ROWS = 8
+ALT_JACOBIAN_ROWS = 4
+ALT_JACOBIAN_WINDOWS = 1
+ALT_LANCZOS_STEPS = 16
+ALT_SWEEP_WINDOWS = 2
+ALT_SYNTHETIC_TRIALS = 128
+
+# --------------------------------------------- tokens removed (the follow-up, arXiv 2609.37879)
+#: book: loss tolerances tau for the effective set size N*_tau, nats per token (the follow-up's
+#: tau is not recovered); the first is the one the verdicts rest on
+REMOVAL_TOLERANCES = (0.05, 0.01)
+REMOVAL_TOLERANCE = REMOVAL_TOLERANCES[0]
+#: book: context lengths of the removal experiment (the same targets at every length)
+REMOVAL_LENGTHS = (128, 256, 512, 1024)
+#: book: prediction targets per window (the last ones, the same tokens at every length)
+REMOVAL_TARGETS = 64
+#: book: windows of the removal experiment (each costs one forward pass per N, mode and length)
+REMOVAL_WINDOWS = 2
+#: book: "grows with the context while its fraction falls": the exponent of N*_tau against L
+#: lies in this band
+REMOVAL_EXPONENT_BAND = (0.1, 0.9)
+#: book: renormalising "substantially" reduces N*_tau: the median ratio is at most this
+REMOVAL_RENORM_FACTOR = 0.5
+#: book: the critical N of Figure 2c "predicts" N*_tau when they agree within this factor
+#: (median over lengths of |log2(N*_tau / critical N)| <= log2 of it)
+REMOVAL_PREDICT_FACTOR = 2.0
 
 # ------------------------------------------------------------------------- Table 1 (Appendix B)
 class PaperTime(NamedTuple):

@@ -35,36 +35,34 @@ Vectorisation. One partial sort (``topk`` with K = max N) per row serves every N
 
 No Python loop runs over tokens or N; the loop is over blocks of (layer, head) pairs and of
 rows, which bounds memory at about ``block_elements`` floats per temporary.
+
+Assumption 2's delta, the minimum pairwise distance of the vectors, is exact but screened in
+float32 (:func:`min_pairwise_distance`). The sweep over a model's windows is
+:mod:`normlimits.separability_sweep`; several heads, :mod:`normlimits.multihead`.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, field
-from typing import Iterable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .normalizers import softmax_with_temperature
 from .protocol import SEPARABILITY_SPACED_ROWS
 
 __all__ = [
     "SeparabilityResult",
-    "MultiHeadCoverage",
     "check_n_grid",
     "project_to_sphere",
+    "FLOAT32_UNIT",
+    "screen_margin",
     "min_pairwise_distance",
+    "min_pairwise_distance_reference",
+    "SPACED_ROW_COUNT",
+    "spaced_rows",
     "geometric_separability",
-    "multihead_coverage",
-    "layer_weights",
-    "VECTOR_KINDS",
-    "SeparabilitySweep",
-    "separability_sweep",
-    "plateau",
-    "Plateau",
-    "multihead_summary",
+    "reference_fraction",
 ]
 
 
@@ -126,27 +124,95 @@ def project_to_sphere(vectors: Tensor, radius: float = 1.0, eps: float = 1e-12) 
     return vectors * (radius / norms)
 
 
-def min_pairwise_distance(vectors: Tensor, exclude_duplicates: bool = False,
-                          tol: float = 0.0) -> Tensor:
-    """Minimum Euclidean distance over pairs i != j of the rows of ``vectors`` [..., L, d].
+#: unit roundoff of float32 (2^-24): the screen of :func:`min_pairwise_distance` budgets its
+#: rounding in multiples of it
+FLOAT32_UNIT = 2.0 ** -24
 
-    Returns [...] (one value per leading index). Computed exactly by ``torch.cdist`` one leading
-    index at a time (memory L^2). ``exclude_duplicates`` ignores pairs closer than ``tol``
-    (identical vectors, e.g. a repeated token at layer 0 of a model without positions).
+
+def screen_margin(dim: int) -> float:
+    """Relative rounding margin ``c`` of the float32 screen for ``dim``-dimensional vectors.
+
+    The screen computes every squared distance as ONE float32 dot product of augmented vectors,
+    ``[x_i, n_i, 1] . [-2 x_j, 1, n_j] = n_i + n_j - 2 <x_i, x_j>`` (``n = ||x||^2``), so its
+    error is the error of a (d+2)-term dot product, ``<= gamma_{d+2} sum_k |a_ik b_jk|`` for any
+    summation order (Higham, *Accuracy and Stability of Numerical Algorithms*, Eq. 3.5), plus
+    the rounding of the inputs to float32 (``<= 3u (n_i + n_j)``). With ``2|<x_i, x_j>| <= n_i +
+    n_j`` the total is below ``c (n_i + n_j)`` for ``c = 1.05 (2 d + 10) u``, ``u = 2^-24``
+    (valid while ``(d + 2) u < 0.01``, i.e. d up to ~1.6e6).
     """
+    if dim < 1:
+        raise ValueError(f"the vectors' dimension must be >= 1 (got {dim}).")
+    if (dim + 2) * FLOAT32_UNIT >= 0.01:
+        raise ValueError(f"dimension {dim} is too large for the float32 screen's error bound.")
+    return 1.05 * (2 * dim + 10) * FLOAT32_UNIT
+
+
+def min_pairwise_distance_reference(vectors: Tensor) -> Tensor:
+    """The slow, obviously exact path: float64 ``||x_i - x_j||`` of every pair, one leading index
+    at a time (memory L^2 d). ``vectors`` [..., L, d] -> [...] float64."""
     lead = vectors.shape[:-2]
     length = vectors.shape[-2]
     if length < 2:
         raise ValueError("the minimum pairwise distance needs at least two vectors.")
-    flat = vectors.reshape(-1, length, vectors.shape[-1])
-    out = torch.empty(flat.shape[0], dtype=vectors.dtype)
-    eye = torch.eye(length, dtype=torch.bool)
-    for b in range(flat.shape[0]):
-        dist = torch.cdist(flat[b].double(), flat[b].double())
-        dist = dist.masked_fill(eye, float("inf"))
-        if exclude_duplicates:
-            dist = dist.masked_fill(dist <= tol, float("inf"))
-        out[b] = dist.min()
+    flat = vectors.reshape(-1, length, vectors.shape[-1]).double()
+    iu = torch.triu_indices(length, length, 1)
+    out = torch.stack([(x[iu[0]] - x[iu[1]]).norm(dim=-1).min() for x in flat])
+    return out.reshape(lead)
+
+
+def min_pairwise_distance(vectors: Tensor, *, pair_chunk: int = 1 << 16) -> Tensor:
+    """Assumption 2's delta: the minimum Euclidean distance over pairs i != j of the rows of
+    ``vectors`` [..., L, d]; returns float64 [...] (one value per leading index).
+
+    Exact, i.e. the float64 norm ``||x_i - x_j||`` of the closest pair, as
+    :func:`min_pairwise_distance_reference` computes it, but without an L x L float64 product:
+
+    1. *screen*: every squared distance ``D2_ij`` in float32 from one batched product of
+       augmented vectors (:func:`screen_margin`), which is within ``E = 2 c max_i n_i`` of the
+       truth;
+    2. *check*: the closest pair's ``D2`` is at most ``min_ij D2_ij + E``, and the screen
+       puts it at most ``E`` lower, so every pair whose screened value is within ``2 E`` of the
+       screened minimum is a candidate; only those are recomputed in float64 (differences, not
+       Gram entries), in chunks of ``pair_chunk``.
+
+    Falls back to float64 Gram matrices when torch's float32 matmul precision is not
+    ``"highest"`` (reduced-precision products void the bound).
+    """
+    if vectors.dim() < 2:
+        raise ValueError("vectors must be [..., L, d].")
+    lead = vectors.shape[:-2]
+    length, dim = vectors.shape[-2], vectors.shape[-1]
+    if length < 2:
+        raise ValueError("the minimum pairwise distance needs at least two vectors.")
+    if pair_chunk < 1:
+        raise ValueError("pair_chunk must be >= 1.")
+    x = vectors.reshape(-1, length, dim)
+    norms2 = (x.double() ** 2).sum(-1)  # [B, L], float64
+    if not bool(torch.isfinite(norms2).all()):
+        raise ValueError("the vectors hold inf or NaN; the minimum distance is undefined.")
+    screen_dtype = torch.float32
+    if torch.get_float32_matmul_precision() != "highest" or float(norms2.max()) > 1e30:
+        screen_dtype = torch.float64  # reduced-precision products or float32 overflow void the bound
+    c = screen_margin(dim) if screen_dtype == torch.float32 else 1e-13 * (dim + 10)
+    xs, n_s = x.to(screen_dtype), norms2.to(screen_dtype)[..., None]
+    ones = torch.ones_like(n_s)
+    d2 = torch.bmm(torch.cat([xs, n_s, ones], -1),
+                   torch.cat([-2.0 * xs, ones, n_s], -1).transpose(1, 2))  # n_i + n_j - 2 <x_i, x_j>
+    d2.diagonal(dim1=-2, dim2=-1).fill_(float("inf"))
+    row_min = d2.amin(-1)  # [B, L]
+    threshold = row_min.amin(-1).double() + 4.0 * c * norms2.amax(-1)  # screened min + 2 E
+    bound = threshold.to(screen_dtype)
+    bound = torch.where(bound.double() < threshold, bound.nextafter(torch.full_like(bound, float("inf"))),
+                        bound)  # never round the threshold down
+    rb, ri = torch.nonzero(row_min <= bound[:, None], as_tuple=True)  # rows holding a candidate
+    sub, sj = torch.nonzero(d2[rb, ri] <= bound[rb, None], as_tuple=True)
+    b_idx, i_idx, j_idx = rb[sub], ri[sub], sj
+    x = x.double()  # both (i, j) and (j, i) may be candidates (the screen is not symmetric)
+    out = torch.full((x.shape[0],), float("inf"), dtype=torch.float64)
+    for start in range(0, b_idx.numel(), pair_chunk):
+        sl = slice(start, start + pair_chunk)
+        dist = (x[b_idx[sl], i_idx[sl]] - x[b_idx[sl], j_idx[sl]]).norm(dim=-1)
+        out.scatter_reduce_(0, b_idx[sl], dist, reduce="amin")
     return out.reshape(lead)
 
 
@@ -184,8 +250,8 @@ def _resolve_rows(rows, n_rows: int, length: int, causal: bool) -> Tensor:
 
 def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, *,
                            causal: bool = True, keep_selection: bool = False,
-                           row_chunk: int = 128,
-                           block_elements: int = 8_000_000) -> SeparabilityResult:
+                           row_chunk: int = 128, block_elements: int = 8_000_000,
+                           method: str = "auto") -> SeparabilityResult:
     """N_s/N (paper Eq. 10) for every row of ``weights`` and every N of ``n_grid`` at once.
 
     Args:
@@ -198,10 +264,15 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
             when causal, all keys visible otherwise.
         causal: a row at position t sees keys 0..t only. False: every row sees all L keys.
         keep_selection: also return the top-K order, weights and distinguishable masks
-            (needed by :func:`multihead_coverage` and by the plug-in bounds).
+            (needed by the multi-head measurements and by the plug-in bounds).
         row_chunk: rows per block.
         block_elements: (layer, head) pairs are processed together in blocks of at most
             ``block_elements // (row_chunk * G * L)``; memory ~ 3 * block_elements floats.
+        method: how the inner products ``<x_j, s_N>`` are formed. ``"direct"``: ``s_N`` times
+            every key, ``d`` multiply-adds per (row, N, key); ``"gram"`` (vectors shared by the
+            whole batch only, e.g. a layer's hidden states): from the Gram matrix ``X X^T``,
+            ``<x_j, s_N> = sum_{k<N} alpha_k <x_j, x_k>``, K = max N multiply-adds, cheaper when
+            ``d > K``; ``"auto"``: ``"gram"`` when the vectors are shared and ``d > K``.
 
     Returns:
         :class:`SeparabilityResult`; computation in the dtype of ``weights``/``vectors``.
@@ -215,6 +286,8 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
         raise ValueError("row_chunk must be >= 1.")
     grid = check_n_grid(n_grid, length)
     rows = _resolve_rows(rows, n_rows, length, causal)
+    if method not in ("auto", "direct", "gram"):
+        raise ValueError(f"method must be 'auto', 'direct' or 'gram' (got {method!r}).")
     dtype = torch.promote_types(weights.dtype, vectors.dtype)
     dim = vectors.shape[-1]
     n_g = grid.numel()
@@ -237,7 +310,14 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
     v_flat = vectors.reshape(-1, length, dim).to(dtype)
     norms2 = (v_flat * v_flat).sum(-1)  # [Bv, L]
     v_t = v_flat.transpose(1, 2).contiguous()  # [Bv, d, L]
-    batch_block = max(1, min(n_batch, block_elements // max(1, row_chunk * n_g * length)))
+    one_set = v_flat.shape[0] == 1
+    if method == "gram" and not one_set:
+        raise ValueError("method='gram' needs one set of vectors shared by the whole batch "
+                         f"(got {v_flat.shape[0]} sets); use 'direct'.")
+    use_gram = method == "gram" or (method == "auto" and one_set and dim > k_max)
+    gram = v_flat[0] @ v_t[0] if use_gram else None  # [L, L]: <x_i, x_j>
+    per_pair = row_chunk * (k_max if use_gram else n_g) * length  # the largest temporary's size
+    batch_block = max(1, min(n_batch, block_elements // max(1, per_pair)))
 
     fraction = torch.full((n_batch, n_rows, n_g), float("nan"), dtype=dtype)
     radius = torch.full_like(fraction, float("nan"))
@@ -261,7 +341,6 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
         row_sort = None  # rows already in increasing order: chunks are slices (no copies)
     inf = torch.tensor(float("inf"), dtype=dtype)
     zero = torch.zeros((), dtype=dtype)
-    one = torch.ones((), dtype=dtype)
 
     for start in range(0, n_rows, row_chunk):
         sel_rows = (slice(start, min(start + row_chunk, n_rows)) if row_sort is None
@@ -290,26 +369,36 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
             vals, idx = a.masked_fill(hidden, float("-inf")).topk(k_max, dim=-1)  # [Bg, Rc, K]
             vals = torch.where(valid_rank, vals, zero)
             # s_N for every N of the grid: [Bg*Rc, G, K] @ [Bg*Rc, K, d] -> [Bg, Rc, G, d]
-            if shared:
+            if use_gram:
+                xs = None
+            elif shared:
                 xs = v_flat[vi[0]][idx]  # [Bg, Rc, K, d]
             else:
                 xs = v_flat[vi[:, None, None], idx]
-            s = torch.matmul(prefix * vals[:, :, None, :], xs)  # [Bg, Rc, G, d]
-            ss = (s * s).sum(-1)  # [Bg, Rc, G]
-            if shared:  # <x_j, s_N>: one matrix product for the block
-                ip = (s.reshape(-1, dim) @ x_t).view(n_b, n_chunk, n_g, n_keys)
+            coef = prefix * vals[:, :, None, :]  # [Bg, Rc, G, K]: the weights summed into s_N
+            if use_gram:  # -2 <x_j, s_N> = sum_k (-2 coef_k) <x_k, x_j>, from the Gram rows
+                ip = torch.matmul(coef * -2.0, gram[idx, :n_keys])  # [Bg, Rc, G, Lc]
+                ip_top = torch.gather(ip, 3, idx[:, :, None, :].expand(n_b, n_chunk, n_g, k_max))
+                ss = (coef * ip_top).sum(-1) * -0.5  # ||s_N||^2 = sum_k coef_k <x_k, s_N>
             else:
-                ip = torch.bmm(s.reshape(n_b, -1, dim), x_t).view(n_b, n_chunk, n_g, n_keys)
-            ip_top = torch.gather(ip, 3, idx[:, :, None, :].expand(n_b, n_chunk, n_g, k_max))
-            # top-K keys: f = alpha_k (alpha_k ||x_k||^2 - 2 <x_k, s_N>), dist^2 = ||s||^2 + f
+                s = torch.matmul(coef, xs)  # [Bg, Rc, G, d]
+                ss = (s * s).sum(-1)  # [Bg, Rc, G]
+                s_m2 = s.mul_(-2.0)  # exact (a power of two): the products are -2 <x_j, s_N>
+                if shared:  # one matrix product for the block
+                    ip = (s_m2.reshape(-1, dim) @ x_t).view(n_b, n_chunk, n_g, n_keys)
+                else:
+                    ip = torch.bmm(s_m2.reshape(n_b, -1, dim), x_t).view(n_b, n_chunk, n_g, n_keys)
+                ip_top = torch.gather(ip, 3, idx[:, :, None, :].expand(n_b, n_chunk, n_g, k_max))
+            # f = alpha^2 ||x||^2 + alpha (-2 <x, s_N>), and dist^2 = ||s||^2 + f; the same
+            # expression for the top-K keys and for the rest, so ties are decided alike
             xx_top = torch.gather(xx, 1, idx.reshape(n_b, -1)).view(n_b, n_chunk, k_max)
-            f_top = vals[:, :, None, :] * ip_top.mul_(-2.0).add_((vals * xx_top)[:, :, None, :])
+            f_top = torch.addcmul((vals * vals * xx_top)[:, :, None, :], ip_top, vals[:, :, None, :])
             min_top = f_top.masked_fill(~nonsel_top, inf).amin(-1)  # [Bg, Rc, G]
             # every other visible key (rank >= K) is non-selected for every N of the grid
             tail = visible.expand(n_b, n_chunk, n_keys).scatter(2, idx, False)
-            a_t = torch.where(tail, a, one)
-            axx = torch.where(tail, a * xx[:, None, :], inf)  # [Bg, Rc, Lc]
-            f_tail = ip.mul_(-2.0).add_(axx[:, :, None, :]).mul_(a_t[:, :, None, :]).amin(-1)
+            a_t = torch.where(tail, a, zero)
+            c_t = torch.where(tail, a * a * xx[:, None, :], inf)  # [Bg, Rc, Lc]
+            f_tail = ip.mul_(a_t[:, :, None, :]).add_(c_t[:, :, None, :]).amin(-1)
             min_f = torch.minimum(min_top, f_tail)  # [Bg, Rc, G]: r^2 = ||s||^2 + min_f
             # X_i < r  <=>  X_i^2 - ||s||^2 < r^2 - ||s||^2: compare the f's, in which ||s||^2
             # cancels exactly (no rounding of the large common term; near-ties stay resolved)
@@ -339,338 +428,26 @@ def _pack(grid, rows, batch, fraction, radius, count, top_w, order, dist_mask) -
     return result
 
 
-@dataclass
-class MultiHeadCoverage:
-    """How the heads of one layer cover each other's top-N tokens (per head h, row, N).
-
-    With I_h the top-N keys of head h at a row and D_h subset I_h its distinguishable ones:
-
-    - ``coverage`` [H, R, G]: |{j in I_h : j in D_h' for some head h'}| / N, the fraction of head
-      h's top-N tokens that are distinguishable in at least one head of the layer;
-    - ``own`` [H, R, G]: |D_h| / N (= N_s/N of head h), for reference;
-    - ``selecting_heads`` [H, R, G]: mean over j in I_h of #{h' : j in I_h'} (1..H), how many
-      heads select the same token (the independence formula assumes all H do);
-    - ``independent_given_selection`` [H, R, G]: mean over j in I_h of
-      1 - prod_{h' : j in I_h'} (1 - p_h'), with p_h' the head's measured mean N_s/N at that N
-      (over the rows supplied): what independent heads would cover given who selects what.
-
-    NaN where N_s is undefined (row sees <= N keys).
-    """
-
-    n_grid: Tensor
-    coverage: Tensor
-    own: Tensor
-    selecting_heads: Tensor
-    independent_given_selection: Tensor
-
-
-def multihead_coverage(result: SeparabilityResult, head_p: Tensor | None = None) -> MultiHeadCoverage:
-    """Coverage of top-N tokens by at least one head, for a result over ONE layer's heads.
-
-    ``result`` must come from :func:`geometric_separability` with ``keep_selection=True`` and
-    weights of shape [H, R, L] (the heads of one layer, the same rows). ``head_p`` [H, G] are the
-    per-head success rates for the independence prediction; default: each head's mean N_s/N
-    over the rows of ``result``.
-    """
-    if result.distinguishable is None or result.order is None:
-        raise ValueError("multihead_coverage needs geometric_separability(..., keep_selection=True).")
-    if result.fraction.dim() != 3:
-        raise ValueError("pass the result of ONE layer: weights [H, R, L] (heads, rows, keys).")
-    n_heads, n_rows, n_g = result.fraction.shape
-    grid = result.n_grid
-    defined = ~torch.isnan(result.fraction[0])  # [R, G], identical across heads
-    length = int(result.order.max()) + 1
-    if head_p is None:
-        head_p = torch.nanmean(result.fraction.float(), dim=1)  # [H, G]
-    log_miss_head = torch.log1p(-head_p.double().clamp(max=1.0))  # [H, G], -inf where p = 1
-    cov = torch.empty(n_heads, n_rows, n_g)
-    sh = torch.empty_like(cov)
-    ind = torch.empty_like(cov)
-    for g, n in enumerate(grid.tolist()):
-        idx = result.order[..., :n]  # [H, R, n]
-        dist = result.distinguishable[:, :, g, :n]  # [H, R, n]
-        covered = torch.zeros(n_rows, length, dtype=torch.bool)
-        selecting = torch.zeros(n_rows, length, dtype=torch.int32)
-        log_miss = torch.zeros(n_rows, length, dtype=torch.float64)
-        for h in range(n_heads):
-            covered |= torch.zeros_like(covered).scatter_(1, idx[h], dist[h])
-            selecting.scatter_add_(1, idx[h], torch.ones_like(idx[h], dtype=torch.int32))
-            log_miss.scatter_add_(1, idx[h], log_miss_head[h, g].expand(n_rows, n).contiguous())
-        for h in range(n_heads):
-            cov[h, :, g] = torch.gather(covered, 1, idx[h]).float().mean(-1)
-            sh[h, :, g] = torch.gather(selecting, 1, idx[h]).float().mean(-1)
-            ind[h, :, g] = (1.0 - torch.exp(torch.gather(log_miss, 1, idx[h]))).mean(-1).float()
-    nan = torch.tensor(float("nan"))
-    return MultiHeadCoverage(grid, torch.where(defined, cov, nan), result.fraction.float(),
-                             torch.where(defined, sh, nan), torch.where(defined, ind, nan))
-
-
-# ----------------------------------------------------------------------------------- sweeps
-#: The vector sets a sweep can measure N_s on, per layer and head:
-#: ``values``: the head's value vectors projected onto the sphere of radius M (design section 7);
-#: ``raw_values``: the value vectors as GPT-2 computes them (no projection; no bounds);
-#: ``hidden``: the residual stream entering the block, projected onto the sphere (shared by heads);
-#: ``uniform``: i.i.d. uniform points on the sphere in d_head dimensions with the model's weights
-#: (Assumption 1 exactly, the weights still the model's).
-VECTOR_KINDS = ("values", "raw_values", "hidden", "uniform")
-_ON_SPHERE = {"values", "hidden", "uniform"}
-#: relative margin on the measured radius for the sure bound: r is float32 (relative rounding
-#: ~1e-7); counting a token only when xi^delta < r (1 - 1e-5) keeps the bound valid.
-SURE_RTOL = 1e-5
-
-
-def layer_weights(capture, layer: int, rows=None, temperature: float = 1.0) -> Tensor:
-    """Softmax weights of ONE layer, [heads, R, L]: the same numbers as
-    ``capture.weights(rows)[layer]`` without materialising every layer at once."""
-    q = capture.queries[layer]
-    k = capture.keys[layer]
-    length = q.shape[-2]
-    rows_t = torch.arange(length) if rows is None else torch.as_tensor(rows, dtype=torch.long)
-    scores = (q[:, rows_t] @ k.transpose(-1, -2)) * capture.scale[layer]
-    future = torch.arange(length)[None, :] > rows_t[:, None]
-    return softmax_with_temperature(scores.masked_fill(future, float("-inf")), dim=-1,
-                                    temperature=temperature)
-
-
-def _kind_vectors(capture, kind: str, layer: int, radius: float, gen: torch.Generator) -> Tensor:
-    if kind == "values":
-        return project_to_sphere(capture.values[layer].float(), radius)
-    if kind == "raw_values":
-        return capture.values[layer].float()
-    if kind == "hidden":
-        return project_to_sphere(capture.hidden[layer].float(), radius)[None]
-    if kind == "uniform":
-        shape = capture.values[layer].shape
-        return project_to_sphere(torch.randn(shape, generator=gen), radius)
-    raise ValueError(f"unknown vector kind {kind!r}; choose from {VECTOR_KINDS}.")
-
-
-@dataclass
-class SeparabilitySweep:
-    """Per-head means of N_s/N and of the plug-in Theorem 2 bounds over windows and rows.
-
-    Every tensor is [layers, heads, G] unless said (mean over windows of the mean over the rows
-    where N_s is defined, i.e. rows that see more than N keys), keyed by vector kind:
-
-    - ``fraction[kind]``: N_s/N; ``fraction_windows[kind]``: [W, layers, heads, G] per window;
-    - ``lower``, ``upper`` (the theorem's combined bounds), ``lower_markov``,
-      ``upper_exponential`` (the paper's two steps alone), ``sure`` (the Assumption 2 bound):
-      plug-in bounds at the measured radius r, M = sphere_radius, d = the vectors' dimension,
-      delta = the empirical minimum pairwise distance of the head's vectors in the window
-      (kinds on the sphere only);
-    - ``delta[kind]``: [W, layers, heads] those minimum distances;
-    - ``alignment[kind]``: [W, layers, heads] mean pairwise cosine of the head's vectors in the
-      window (0 for isotropic points; Assumption 1 needs it near 0);
-    - ``sure_violations[kind]``: rows where N_s/N fell below the sure bound (must be 0; it is a
-      theorem for every row), ``rows_checked[kind]`` how many (row, N) pairs were checked;
-    - multi-head (``values`` only): ``coverage``, ``own``, ``selecting_heads``,
-      ``independent_given_selection`` (see :class:`MultiHeadCoverage`), [layers, heads, G];
-    - ``forward_seconds`` (waiting for captures), ``metric_seconds`` (everything else).
-    """
-
-    n_grid: Tensor
-    kinds: tuple
-    windows: int
-    fraction: dict = field(default_factory=dict)
-    fraction_windows: dict = field(default_factory=dict)
-    lower: dict = field(default_factory=dict)
-    upper: dict = field(default_factory=dict)
-    lower_markov: dict = field(default_factory=dict)
-    upper_exponential: dict = field(default_factory=dict)
-    sure: dict = field(default_factory=dict)
-    delta: dict = field(default_factory=dict)
-    alignment: dict = field(default_factory=dict)
-    sure_violations: dict = field(default_factory=dict)
-    rows_checked: dict = field(default_factory=dict)
-    coverage: Tensor | None = None
-    own: Tensor | None = None
-    selecting_heads: Tensor | None = None
-    independent_given_selection: Tensor | None = None
-    forward_seconds: float = 0.0
-    metric_seconds: float = 0.0
-
-
-def _row_means(values: Tensor) -> Tensor:
-    """nanmean over the row axis (-2) of [..., R, G], in float64."""
-    return torch.nanmean(values.double(), dim=-2)
-
-
-def separability_sweep(captures: Iterable, n_grid, *, kinds=("values",), rows=None,
-                       sphere_radius: float = 1.0, bounds: bool = True, multihead: bool = False,
-                       seed: int = 0, row_chunk: int = 128,
-                       bound_row_chunk: int = 256) -> SeparabilitySweep:
-    """Figure 3's workload (paper Algorithm 4): N_s/N for every window, layer, head, row and N.
-
-    Args:
-        captures: iterable of ``WindowCapture`` (``normlimits.capture.iter_captures``); each is
-            consumed once (one forward pass per window).
-        n_grid: the N values, each in 1..L-1.
-        kinds: vector sets from :data:`VECTOR_KINDS`.
-        rows: query positions (default: every position; rows that see <= N keys are skipped
-            for that N).
-        sphere_radius: M for the projected kinds.
-        bounds: also compute the plug-in Theorem 2 bounds (kinds on the sphere).
-        multihead: also measure multi-head coverage (kind ``values``).
-    """
-    kinds = tuple(kinds)
-    for kind in kinds:
-        if kind not in VECTOR_KINDS:
-            raise ValueError(f"unknown vector kind {kind!r}; choose from {VECTOR_KINDS}.")
-    if multihead and "values" not in kinds:
-        raise ValueError("multihead coverage is measured on kind 'values'; add it to kinds.")
-    from .theory.separability import theorem2_bounds
-
-    gen = torch.Generator().manual_seed(seed)
-    per_window: dict[str, list] = {}
-    acc: dict[tuple, list] = {}
-    violations = {k: 0 for k in kinds}
-    checked = {k: 0 for k in kinds}
-    grid = None
-    n_windows = 0
-    forward = metric = 0.0
-    iterator = iter(captures)
-    while True:
-        t0 = time.perf_counter()
-        try:
-            cap = next(iterator)
-        except StopIteration:
-            break
-        t1 = time.perf_counter()
-        forward += t1 - t0
-        n_layers, n_heads, length, _ = cap.values.shape
-        if grid is None:
-            grid = check_n_grid(n_grid, length)
-        rows_t = None if rows is None else torch.as_tensor(rows, dtype=torch.long)
-        window_acc: dict[tuple, list] = {}
-        for layer in range(n_layers):
-            w = layer_weights(cap, layer, rows_t)
-            for kind in kinds:
-                vecs = _kind_vectors(cap, kind, layer, sphere_radius, gen)
-                with_bounds = bounds and kind in _ON_SPHERE
-                keep = with_bounds or (multihead and kind == "values")
-                res = geometric_separability(w, vecs, grid, rows_t, keep_selection=keep,
-                                             row_chunk=row_chunk)
-                window_acc.setdefault((kind, "fraction"), []).append(_row_means(res.fraction))
-                if with_bounds:
-                    dist = min_pairwise_distance(vecs).double()  # [H] or [1]
-                    dl = dist.expand(n_heads)
-                    window_acc.setdefault((kind, "delta"), []).append(dl)
-                    total = vecs.sum(-2)  # [H or 1, d]
-                    cos = ((total * total).sum(-1) / sphere_radius**2 - length) / (length * (length - 1))
-                    window_acc.setdefault((kind, "alignment"), []).append(cos.double().expand(n_heads))
-                    parts = {name: [] for name in ("lower", "upper", "lower_markov",
-                                                   "upper_exponential", "sure")}
-                    for r0 in range(0, res.fraction.shape[-2], bound_row_chunk):
-                        sl = slice(r0, r0 + bound_row_chunk)
-                        radius = res.radius[:, sl].double()
-                        b = theorem2_bounds(res.top_weights[:, sl], grid, radius,
-                                            sphere_radius=sphere_radius, dim=vecs.shape[-1],
-                                            delta=dl[:, None], sure_rtol=SURE_RTOL)
-                        undefined = radius.isnan()
-                        sure = b.separation.masked_fill(undefined, float("nan"))
-                        frac = res.fraction[:, sl].double()
-                        ok = ~undefined
-                        violations[kind] += int((frac[ok] < sure[ok] - 1e-6).sum())  # float32 k/N vs float64
-                        checked[kind] += int(ok.sum())
-                        for name, value in (("lower", b.lower), ("upper", b.upper),
-                                            ("lower_markov", b.lower_markov),
-                                            ("upper_exponential", b.upper_exponential),
-                                            ("sure", sure)):
-                            parts[name].append(value.masked_fill(undefined, float("nan")))
-                    for name, chunks in parts.items():
-                        window_acc.setdefault((kind, name), []).append(
-                            _row_means(torch.cat(chunks, dim=-2)))
-                if multihead and kind == "values":
-                    cov = multihead_coverage(res)
-                    for name in ("coverage", "own", "selecting_heads", "independent_given_selection"):
-                        window_acc.setdefault(("mh", name), []).append(_row_means(getattr(cov, name)))
-        for key, layers in window_acc.items():
-            acc.setdefault(key, []).append(torch.stack(layers))  # [layers, H, G] or [layers, H]
-        n_windows += 1
-        metric += time.perf_counter() - t1
-    if grid is None:
-        raise ValueError("separability_sweep got no captures; pass at least one window.")
-    out = SeparabilitySweep(n_grid=grid, kinds=kinds, windows=n_windows,
-                            sure_violations=violations, rows_checked=checked,
-                            forward_seconds=forward, metric_seconds=metric)
-    for (kind, name), stacks in acc.items():
-        stacked = torch.stack(stacks)  # [W, layers, H, (G)]
-        if kind == "mh":
-            setattr(out, name, torch.nanmean(stacked, dim=0))
-            continue
-        if name in ("delta", "alignment"):
-            getattr(out, name)[kind] = stacked
-            continue
-        getattr(out, name)[kind] = torch.nanmean(stacked, dim=0)
-        if name == "fraction":
-            out.fraction_windows[kind] = stacked
+def reference_fraction(weights: Tensor, vectors: Tensor, rows, n_grid, causal: bool = True) -> Tensor:
+    """The slow, obviously correct N_s/N: loops over batch, rows and N, sorting each row's keys by
+    (-alpha, index) and measuring every distance directly (no expansion). ``weights`` [B, R, L],
+    ``vectors`` [B or 1, L, d], ``rows`` the R query positions; returns float64 [B, R, G] (NaN
+    where the row sees <= N keys). For tests and the chapter's check of
+    :func:`geometric_separability`."""
+    b_count, _, length = weights.shape
+    rows, grid = list(rows), list(n_grid)
+    out = torch.full((b_count, len(rows), len(grid)), float("nan"), dtype=torch.float64)
+    for b in range(b_count):
+        x = (vectors[b] if vectors.shape[0] > 1 else vectors[0]).double()
+        w = weights[b].double()
+        for ri, t in enumerate(rows):
+            visible = list(range(t + 1)) if causal else list(range(length))
+            order = sorted(visible, key=lambda j: (-float(w[ri, j]), j))
+            for g, n in enumerate(grid):
+                if len(visible) <= n:
+                    continue
+                s = sum(w[ri, i] * x[i] for i in order[:n])
+                r = min(float(torch.linalg.norm(w[ri, j] * x[j] - s)) for j in order[n:])
+                inside = sum(float(torch.linalg.norm(w[ri, i] * x[i] - s)) < r for i in order[:n])
+                out[b, ri, g] = inside / n
     return out
-
-
-@dataclass
-class Plateau:
-    """A two-segment (hinge) fit of a curve against log2 N: where the decline stops.
-
-    ``y = value_at_stop + slope_before * min(x - x*, 0) + slope_after * max(x - x*, 0)`` with
-    ``x = log2 N`` and the breakpoint ``x* = log2 n_stop`` chosen among the grid points by least
-    squares (N = 1 is left out: N_s/N = 1 there by definition). Slopes are changes of the curve
-    per doubling of N. ``value``: the mean of the curve over N >= n_stop (the plateau level);
-    ``saturated``: ``|slope_after| <= tolerance``; ``rms``: the fit's root-mean-square residual.
-    """
-
-    n_stop: int
-    value: float
-    value_at_stop: float
-    slope_before: float
-    slope_after: float
-    saturated: bool
-    tolerance: float
-    rms: float
-
-
-def plateau(n_grid, curve, tolerance: float = 0.02) -> Plateau:
-    """Fit the hinge of :class:`Plateau` to ``curve`` [G] (e.g. the median over heads of N_s/N)."""
-    grid = torch.as_tensor(n_grid, dtype=torch.float64).flatten()
-    c = torch.as_tensor(curve, dtype=torch.float64).flatten()
-    if c.numel() != grid.numel():
-        raise ValueError("curve and n_grid must have the same length.")
-    if not tolerance > 0:
-        raise ValueError("the plateau tolerance must be > 0 (a change per doubling of N).")
-    keep = grid >= 2
-    x, y = torch.log2(grid[keep]), c[keep]
-    if x.numel() < 4:
-        raise ValueError("the hinge fit needs at least 4 grid points with N >= 2.")
-    best = None
-    for b in range(1, x.numel() - 1):
-        dx = x - x[b]
-        design = torch.stack([torch.ones_like(x), dx.clamp(max=0.0), dx.clamp(min=0.0)], dim=1)
-        coef = torch.linalg.lstsq(design, y[:, None]).solution[:, 0]
-        sse = float(((design @ coef - y) ** 2).sum())
-        if best is None or sse < best[0] - 1e-15:
-            best = (sse, b, coef)
-    sse, b, coef = best
-    n_stop = int(round(float(2 ** x[b])))
-    return Plateau(n_stop=n_stop, value=float(y[b:].mean()), value_at_stop=float(coef[0]),
-                   slope_before=float(coef[1]), slope_after=float(coef[2]),
-                   saturated=abs(float(coef[2])) <= tolerance, tolerance=tolerance,
-                   rms=math.sqrt(sse / x.numel()))
-
-
-def multihead_summary(sweep: SeparabilitySweep) -> dict:
-    """Per N [G] (means over layers and heads) of the multi-head measurements of ``sweep``.
-
-    Keys: ``coverage`` (top-N tokens of a head distinguishable in at least one head of its
-    layer), ``p`` (N_s/N of one head), ``formula`` (the paper's 1 - (1 - p)^H with p the layer's
-    mean N_s/N and H its head count, averaged over layers), ``independent_given_selection``,
-    ``selecting_heads``, and ``heads`` (H, an int).
-    """
-    if sweep.coverage is None:
-        raise ValueError("the sweep has no multi-head data; run separability_sweep(multihead=True).")
-    heads = sweep.coverage.shape[1]
-    p_layer = sweep.own.double().mean(1)  # [layers, G]
-    return {"coverage": sweep.coverage.double().mean((0, 1)),
-            "p": sweep.own.double().mean((0, 1)),
-            "formula": (1.0 - (1.0 - p_layer) ** heads).mean(0),
-            "independent_given_selection": sweep.independent_given_selection.double().mean((0, 1)),
-            "selecting_heads": sweep.selecting_heads.double().mean((0, 1)),
-            "heads": heads}

@@ -11,6 +11,10 @@ default. Names:
   (default ``~/.cache/normlimits``).
 - ``NORMLIMITS_WINDOWS``: how many corpus windows a chapter averages over (default 8).
 - ``NORMLIMITS_THREADS``: torch CPU threads (default 2, the machines' core count).
+- ``NORMLIMITS_DEVICE``, ``NORMLIMITS_DTYPE``: where the forward pass runs and in which precision
+  (see :mod:`normlimits.devices`; default the CPU, float32).
+- ``NORMLIMITS_CAPTURE_CACHE``: where forward passes shared between chapters are kept (see
+  :mod:`normlimits.capture_cache`; default the book's ``_build/captures``).
 """
 
 from __future__ import annotations
@@ -64,9 +68,25 @@ def window_count(count: int | None = None) -> int:
     return _positive_int(WINDOWS_ENV, DEFAULT_WINDOWS)
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def thread_count() -> int:
-    """torch CPU threads from ``NORMLIMITS_THREADS`` (default 2)."""
-    return _positive_int(THREADS_ENV, DEFAULT_THREADS)
+    """torch CPU threads from ``NORMLIMITS_THREADS`` (default 2), capped at the cores available
+    (more threads than cores only slows torch down; a warning says so)."""
+    requested = _positive_int(THREADS_ENV, DEFAULT_THREADS)
+    cores = available_cores()
+    if requested > cores and os.environ.get(THREADS_ENV, "").strip():
+        import warnings
+
+        warnings.warn(f"{THREADS_ENV}={requested} exceeds the {cores} CPU cores available; using "
+                      f"{cores} threads.", stacklevel=2)
+    return min(requested, cores)
 
 
 def configure_torch() -> None:

@@ -224,3 +224,138 @@ def jacobian_constants() -> JacobianConstants:
         entmax_two_max=sp.nsimplify(sp.simplify(in_p.subs(p, arg))),
         softmax_two_max=sp.simplify(soft_nonzero.subs(p, sp.Rational(1, 2))),
     )
+
+
+# ------------------------------------------------------------- the normalisers since the paper
+@dataclass(frozen=True)
+class NewcomerVanishing:
+    """Lemma 1 for the normalisers published since the paper (logits bounded by ``a``).
+
+    ``sigmoid_scaled_limit``: ``L * sigmoid(a - log L) -> e^a``: every sigmoid weight is
+    ``O(1/L)``, the bias ``-log n`` puts L back into F; ``softpick_scaled_limit``: one logit at
+    ``a`` and ``L - 1`` at ``-b``: ``L * w_top -> (e^a - 1)/(1 - e^{-b})`` (``O(1/L)`` once the
+    other logits stay away from 0); ``softpick_zero_row``: the top weight when the other logits
+    are exactly 0 (1, whatever L: keys at logit 0 do not enter the denominator);
+    ``stick_last`` / ``stick_sum``: stick-breaking with all L logits equal to z: the last key's
+    weight ``sigma(z)`` (independent of L) and the row sum ``1 - (1 - sigma(z))^L``;
+    ``topk_bounds``: top-k softmax's extremes ``e^{-2a}/(e^{-2a} + k - 1)`` and
+    ``e^{2a}/(e^{2a} + k - 1)`` (Lemma 1 with k kept keys in place of L); ``asentmax_gap``: the
+    logit gap above which ASEntmax's row is one-hot, ``2 / (1 + s log(L + 1))``, and its limit 0.
+    """
+
+    sigmoid_scaled_limit: sp.Expr
+    softpick_scaled_limit: sp.Expr
+    softpick_zero_row: sp.Expr
+    stick_last: sp.Expr
+    stick_sum: sp.Expr
+    stick_sum_check: sp.Expr
+    topk_bounds: tuple
+    asentmax_gap: sp.Expr
+    asentmax_gap_limit: sp.Expr
+
+
+def newcomer_vanishing() -> NewcomerVanishing:
+    b = sp.Symbol("b", positive=True)
+    z = sp.Symbol("z", real=True)
+    kk = sp.Symbol("k", positive=True)
+    sig = lambda u: 1 / (1 + sp.exp(-u))  # noqa: E731
+    sigmoid_limit = sp.limit(L * sig(a - sp.log(L)), L, sp.oo)
+    top = (sp.exp(a) - 1) / ((sp.exp(a) - 1) + (L - 1) * (1 - sp.exp(-b)))
+    softpick_limit = sp.simplify(sp.limit(L * top, L, sp.oo))
+    zero_row = sp.simplify((sp.exp(a) - 1) / ((sp.exp(a) - 1) + (L - 1) * sp.Abs(sp.exp(0) - 1)))
+    j = sp.Symbol("j", integer=True, nonnegative=True)
+    n = sp.Symbol("n", integer=True, positive=True)
+    weight = sig(z) * (1 - sig(z)) ** (n - 1 - j)
+    total = sp.summation(weight, (j, 0, n - 1))
+    gap = 2 / (1 + s * sp.log(L + 1))
+    return NewcomerVanishing(
+        sigmoid_scaled_limit=sp.simplify(sigmoid_limit),
+        softpick_scaled_limit=softpick_limit,
+        softpick_zero_row=zero_row,
+        stick_last=sp.simplify(weight.subs(j, n - 1)),
+        stick_sum=sp.simplify(1 - (1 - sig(z)) ** n),
+        stick_sum_check=sp.simplify(total - (1 - (1 - sig(z)) ** n)),
+        topk_bounds=(sp.exp(-2 * a) / (sp.exp(-2 * a) + kk - 1), sp.exp(2 * a) / (sp.exp(2 * a) + kk - 1)),
+        asentmax_gap=gap,
+        asentmax_gap_limit=sp.limit(gap, L, sp.oo),
+    )
+
+
+@dataclass(frozen=True)
+class NewcomerJacobians:
+    """Worst-case Jacobian facts for the newcomers (multiply by 1/T).
+
+    ``sigmoid_max``: ``max_u sigma(u)(1 - sigma(u)) = 1/4`` (at u = 0, i.e. a logit at log n);
+    ``softpick_tie``: d w_1 / d z_1 for two keys tied at logit ``eps > 0``: ``1/(4 eps)`` (and
+    ``softpick_tie_limit`` its limit oo as eps -> 0+: unbounded); ``stick_one``: one key,
+    ``sigma'(z)`` at 0 (1/4).
+    """
+
+    sigmoid_max: sp.Expr
+    softpick_tie: sp.Expr
+    softpick_tie_limit: sp.Expr
+    stick_one: sp.Expr
+
+
+def newcomer_jacobians() -> NewcomerJacobians:
+    u = sp.Symbol("u", real=True)
+    sig = 1 / (1 + sp.exp(-u))
+    d = sp.diff(sig, u)
+    crit = sp.solve(sp.diff(d, u), u)
+    sigmoid_max = sp.simplify(max(d.subs(u, c) for c in crit))
+    x1 = sp.Symbol("x_1", positive=True)
+    eps_ = sp.Symbol("epsilon", positive=True)
+    w1 = (sp.exp(x1) - 1) / ((sp.exp(x1) - 1) + (sp.exp(eps_) - 1))
+    tie = sp.simplify(sp.diff(w1, x1).subs(x1, eps_))
+    tie_series = sp.simplify(sp.series(tie, eps_, 0, 1).removeO())
+    return NewcomerJacobians(sigmoid_max=sigmoid_max, softpick_tie=tie_series,
+                             softpick_tie_limit=sp.limit(tie, eps_, 0, "+"),
+                             stick_one=sp.simplify(d.subs(u, 0)))
+
+
+@dataclass(frozen=True)
+class CriticalScaling:
+    """SSMax's critical scale on Chen et al.'s simplex rows (one logit 1, ``n - 1`` logits rho).
+
+    ``top``: the top weight at scale gamma, ``1 / (1 + (n-1) n^{-gamma (1 - rho)})``;
+    ``gamma_half``: the gamma at which it is 1/2, ``log(n-1) / ((1-rho) log n)``;
+    ``gamma_c``: its limit ``1/(1 - rho)``; ``below`` / ``above``: the top weight's limit at
+    ``gamma_c / 2`` (0) and ``2 gamma_c`` (1).
+    """
+
+    top: sp.Expr
+    gamma_half: sp.Expr
+    gamma_c: sp.Expr
+    below: sp.Expr
+    above: sp.Expr
+
+
+def critical_scaling() -> CriticalScaling:
+    rho = sp.Symbol("rho", positive=True)
+    gamma = sp.Symbol("gamma", positive=True)
+    n = sp.Symbol("n", positive=True)
+    top = 1 / (1 + (n - 1) * n ** (-gamma * (1 - rho)))
+    half = sp.solve(sp.Eq((n - 1) * n ** (-gamma * (1 - rho)), 1), gamma)[0]
+    gc = sp.limit(half, n, sp.oo)
+    r = sp.Rational(1, 2)      # a concrete rho for the limits (sympy needs rho < 1 decided)
+    top_r = top.subs(rho, r)
+    return CriticalScaling(top=top, gamma_half=sp.simplify(half), gamma_c=sp.simplify(gc),
+                           below=sp.limit(top_r.subs(gamma, gc.subs(rho, r) / 2), n, sp.oo),
+                           above=sp.limit(top_r.subs(gamma, 2 * gc.subs(rho, r)), n, sp.oo))
+
+
+@dataclass(frozen=True)
+class SinkMatch:
+    """A sink logit ``b`` equal to the first key's logit reproduces softmax on the other keys:
+    ``difference`` = sink weight of key i over keys 1..t minus softmax weight of key i over
+    keys 0..t (0)."""
+
+    difference: sp.Expr
+
+
+def sink_match() -> SinkMatch:
+    l0, li, b = sp.symbols("ell_0 ell_i b", real=True)
+    rest = sp.Symbol("S", positive=True)          # sum of e^{l_j} over the keys 1..t
+    sink = sp.exp(li) / (sp.exp(b) + rest)        # a sink over keys 1..t
+    soft = sp.exp(li) / (sp.exp(l0) + rest)       # softmax over keys 0..t
+    return SinkMatch(difference=sp.simplify((sink - soft).subs(b, l0)))

@@ -17,6 +17,13 @@ What is derived here (all sympy; the chapter displays the expressions, the tests
   fixed N the expectation is bounded in L; the true d~ is ``(L - N) ||s_N||`` up to
   ``sum_{k not in I} ||y_k||`` (triangle inequality), so it grows linearly iff ``||s_N||`` does
   not vanish.
+* :func:`reading_expectations`: the conditional moments of the context vector that give every
+  reading's ``main`` (Jensen) and ``rms`` (exact second moment) in ``normlimits.readings``.
+* :func:`second_moment_sum`: ``sum_i E[||y_i - s||^2 | i not in I]`` in closed form in
+  ``sum ||y_i||^2`` and ``||T||^2``; with Cauchy-Schwarz it bounds ``E d~`` from above.
+* :func:`flat_gaussian`: flat weights and Gaussian vectors, where ``E d~ / sum ||alpha_i x_i||``
+  tends to ``sqrt(N + 1)``: Corollary 2(i)'s limit holds for the main sum
+  (:func:`main_sum_limits`) but not for the expectation.
 * :func:`sink_model`: an attention sink (weight ``a`` on one token, the rest uniform) makes
   d~ grow like ``a L`` while the expectation's main sum tends to the constant ``2 a``.
 """
@@ -237,3 +244,133 @@ def sink_model() -> SinkModel:
                      sp.limit(true / L, L, sp.oo), sp.limit(main, L, sp.oo))
 
 
+
+
+@dataclass(frozen=True)
+class ReadingExpectations:
+    """What every reading's expectation needs from a uniform N-subset I of the L keys.
+
+    Family (``sum_{i not in I} g_i ||a_i - s||`` with ``a_i`` fixed): given ``i not in I``,
+    ``E[s] = family_mean * (T - y_i)`` and ``Var(s) = family_variance * sigma2_{-i}``.
+    Norm of sum (``||T - 2 s||``, I over all L keys): ``E[T - 2s] = norm_sum_mean * T`` and
+    ``Var(T - 2s) = norm_sum_variance * sigma2``. ``bias_variance``: ``E(a - s)^2 - ((a - E s)^2
+    + Var s)`` for one coordinate (0: the second moment that gives ``rms`` is exact).
+    """
+
+    family_mean: sp.Expr
+    family_variance: sp.Expr
+    norm_sum_mean: sp.Expr
+    norm_sum_variance: sp.Expr
+    bias_variance: sp.Expr
+
+
+def reading_expectations() -> ReadingExpectations:
+    """Derive the conditional moments behind every reading's ``main`` and ``rms``."""
+    probs = subset_probabilities()
+    wr = without_replacement_variance()
+    factor_all = sp.factor((N * (M - N) / (M - 1)).subs(M, L))        # I drawn from all L keys
+    a_, m_, v_ = sp.symbols("a m v", real=True)
+    s2_moment = m_ ** 2 + v_                                          # E s^2 = (E s)^2 + Var s
+    bias_variance = sp.expand(a_ ** 2 - 2 * a_ * m_ + s2_moment - ((a_ - m_) ** 2 + v_))
+    return ReadingExpectations(probs.included_given_excluded, wr.jensen_factor,
+                               sp.factor(1 - 2 * N / L), sp.factor(4 * factor_all), bias_variance)
+
+
+Q = sp.Symbol("Q", nonnegative=True)                    # sum_i ||alpha_i x_i||^2
+S = sp.Symbol("S", nonnegative=True)                    # sum_i ||alpha_i x_i||
+Tn = sp.Symbol(r"\lVert T\rVert", nonnegative=True)     # ||sum_i alpha_i x_i||
+
+
+@dataclass(frozen=True)
+class SecondMoment:
+    """``R2 = sum_i E[||y_i - s||^2 | i not in I]`` for a uniform N-subset of L keys, in terms of
+    ``Q = sum ||y_i||^2`` and ``||T||^2`` only.
+
+    ``closed_form`` (simplified); ``checks``: the closed form minus a brute-force expansion over
+    all subsets, with symbolic scalar y's, for (L, N) = (4, 2), (5, 1), (5, 3) (each 0);
+    ``scaled_limit``: the limit
+    of ``L * R2`` as L -> oo at fixed ``L Q`` and ``||T||``, which by Cauchy-Schwarz over i gives
+    the upper bound ``E d~ <= (L-N)/L sqrt(L R2)``.
+    """
+
+    closed_form: sp.Expr
+    checks: tuple
+    scaled_limit: sp.Expr
+
+
+def second_moment_sum() -> SecondMoment:
+    """Sum over i of the exact conditional second moment (family reading ``||y_i - s||``)."""
+    c = N / (L - 1)
+    B2 = Tn ** 2
+    # sum_i ||(1 + c) y_i - c T||^2 with sum_i y_i = T, sum_i ||y_i||^2 = Q
+    mean_part = (1 + c) ** 2 * Q - 2 * c * (1 + c) * B2 + L * c ** 2 * B2
+    # sum_i sigma2_{-i} = sum_i [(Q - ||y_i||^2)/(L-1) - ||T - y_i||^2/(L-1)^2]
+    sigma_sum = Q - (L * B2 - 2 * B2 + Q) / (L - 1) ** 2
+    closed = sp.factor(sp.simplify(mean_part + N * (L - 1 - N) / (L - 2) * sigma_sum))
+    import itertools
+
+    checks = []
+    for size, n in ((4, 2), (5, 1), (5, 3)):          # brute force over every subset
+        ys = sp.symbols(f"y1:{size + 1}", real=True)
+        brute = 0
+        for i_ in range(size):
+            others = [j for j in range(size) if j != i_]
+            subsets = list(itertools.combinations(others, n))
+            brute += sum((ys[i_] - sum(ys[j] for j in sub)) ** 2 for sub in subsets) / len(subsets)
+        at = closed.subs({L: size, N: n, Q: sum(y ** 2 for y in ys), Tn: sum(ys)})
+        checks.append(sp.expand(at - brute))
+    q = sp.Symbol("q", positive=True)                                 # q = L Q
+    limit = sp.limit(sp.simplify(L * closed.subs(Q, q / L)), L, sp.oo)
+    return SecondMoment(closed, tuple(checks), sp.expand(limit.subs(q, L * Q)))
+
+
+@dataclass(frozen=True)
+class FlatGaussian:
+    """Flat weights ``alpha_i = 1/L`` and i.i.d. ``x_i ~ N(0, sigma^2 I_d)``; ``m`` stands for the
+    mean norm of a standard Gaussian vector in d dimensions.
+
+    ``ratio``: ``E_x[E_I d~] / E_x[sum_i ||alpha_i x_i||]`` (exact); ``ratio_limit``: its limit as
+    L -> oo, ``sqrt(N + 1)``; ``allowance``: ``N E_x||T|| / E_x S``, the relative size of the
+    old statement's error term; ``gap_over_allowance_limit``: the limit of
+    ``(ratio - 1)/allowance`` (oo: the gap is not O(N ||T||)), taken with ``sqrt(N + 1) = 1 + p``,
+    p > 0, so that sympy knows the sign.
+    """
+
+    ratio: sp.Expr
+    ratio_limit: sp.Expr
+    allowance: sp.Expr
+    gap_over_allowance_limit: sp.Expr
+
+
+def flat_gaussian() -> FlatGaussian:
+    """The counterexample to "E d~ -> sum ||alpha_i x_i|| up to O(N ||sum alpha_i x_i||)"."""
+    sigma, m = sp.symbols("sigma m", positive=True)
+    # given I (independent of x) and i not in I: y_i - s = (x_i - sum_{j in I} x_j)/L, a Gaussian
+    # with covariance (N + 1) sigma^2 / L^2 I_d, whose mean norm is sqrt(N + 1) sigma m / L
+    expected = (L - N) * sp.sqrt(N + 1) * sigma * m / L               # (L - N) such terms
+    individual = L * sigma * m / L                                     # L terms sigma m / L
+    total_norm = sigma * m / sp.sqrt(L)                                # T ~ N(0, sigma^2/L I_d)
+    ratio = sp.simplify(expected / individual)
+    allowance = sp.simplify(N * total_norm / individual)
+    p = sp.Symbol("p", positive=True)
+    gap = ((ratio - 1) / allowance).subs(N, p * (p + 2))
+    gap = gap.replace(lambda e: e.is_Pow and e.exp == sp.Rational(1, 2),
+                      lambda e: sp.sqrt(sp.factor(e.base)))            # sqrt((p + 1)^2) = p + 1
+    return FlatGaussian(ratio, sp.limit(ratio, L, sp.oo), allowance, sp.limit(gap, L, sp.oo))
+
+
+@dataclass(frozen=True)
+class MainSumLimits:
+    """Corollary 2(i) for the main sum, which it does hold for: with ``S = sum ||y_i||``,
+    ``(L-N)/L ((1+c) S - c L ||T||) <= main <= (L-N)/L ((1+c) S + c L ||T||)``, c = N/(L-1).
+    ``s_factor`` and ``t_factor``: the limits of ``(L-N)/L (1+c)`` (1) and ``(L-N)/L c L`` (N)."""
+
+    s_factor: sp.Expr
+    t_factor: sp.Expr
+
+
+def main_sum_limits() -> MainSumLimits:
+    """The factors of the triangle-inequality sandwich of the main sum, as L -> oo."""
+    c = N / (L - 1)
+    return MainSumLimits(sp.limit((L - N) / L * (1 + c), L, sp.oo),
+                         sp.limit((L - N) / L * c * L, L, sp.oo))

@@ -1,70 +1,41 @@
-"""Theorem 2 (geometric separability) as proven in this book, with its sympy derivations.
+"""Theorem 2 (geometric separability) and the multi-head coverage formula: the sympy derivations.
 
-The paper's exact spread ``xi_i`` is not recoverable (``paper.md`` section 2, Theorem 2), so the
-book states and proves its own version. Setting: ``N >= 2`` selected tokens with fixed weights
-``alpha_1..alpha_N >= 0`` (independent of the points), points ``x_1..x_N`` i.i.d. uniform on the
-sphere ``S^{d-1}(M)`` (Assumption 1). For a selected token i,
+The paper's exact spread ``xi_i`` is not recoverable, so the book states and proves its own
+version of Theorem 2 (the statement, the bounds and their proof are on the book's separability
+page; the numeric bounds are :mod:`normlimits.separability_bounds`). Setting: ``N >= 2`` selected
+tokens with fixed weights ``alpha_1..alpha_N >= 0`` (independent of the points), points
+``x_1..x_N`` i.i.d. uniform on the sphere ``S^{d-1}(M)`` (Assumption 1). For a selected token i,
 
     X_i = || s - alpha_i x_i || = || sum_{j != i} alpha_j x_j ||      (j over the other selected)
 
-and with the weights of the OTHER selected tokens
+with ``q_i = sum_{j != i} alpha_j^2``, ``p_i = sum_{j != i} alpha_j^4``, ``w_i = sum_{j != i} alpha_j``.
+:func:`derive` expands X^2 and X^4 in the Gram entries ``g_jk = <x_j, x_k>`` and takes expectations
+monomial by monomial (E g = 0, E g_a g_b = 0 for distinct pairs, E g^2 = M^4/d), giving
 
-    w_i = sum_{j != i} alpha_j,   q_i = sum_{j != i} alpha_j^2,   p_i = sum_{j != i} alpha_j^4,
+    E X^2 = M^2 q,   E X^4 = M^4 (q^2 + 2 (q^2 - p)/d),   Var X^2 = (2 M^4/d)(q^2 - p),
 
-define
+the Hoelder lower companion ``xi^- = M sqrt(q) / sqrt(1 + (2/d)(1 - p/q^2)) <= E X``, the
+Assumption 2 identity ``(xi^delta)^2 - X^2 = sum_{j<k} a_j a_k (D_jk^2 - delta^2)`` with
+``(xi^delta)^2 = M^2 w^2 - (delta^2/2)(w^2 - q)``, and McDiarmid's exponent ``t^2 / (2 M^2 q)``.
 
-    xi_i       = M sqrt(q_i)                                        (= sqrt(E X_i^2), upper bound on E X_i)
-    xi_i^-     = xi_i / sqrt(1 + (2/d) (1 - p_i / q_i^2))           (lower bound on E X_i, Hoelder)
-    xi_i^delta = sqrt(M^2 w_i^2 - (delta^2/2) (w_i^2 - q_i))         (sure bound on X_i, Assumption 2)
+:func:`multihead` derives the coverage of H heads that distinguish each token independently:
+``1 - prod_h (1 - p_h)``, ``1 - (1 - p)^H`` for equal rates, the convexity of ``(1 - p)^H`` (so
+heads whose rate varies over the tokens cover at most the formula at the mean rate: the paper's
+"up to"), and the paper's arithmetic at p = 0.8, H = 3.
 
-For a FIXED radius r > 0 let ``C_r = #{i : X_i < r}`` (the selected tokens inside the ball; the
-paper's N_s with a fixed r is ``C_r`` times the indicator that no non-selected token is inside,
-so ``N_s <= C_r``). Then
-
-    lower:  E C_r / N >= 1 - (1/N) sum_i m_i,   m_i = min(1, xi_i^2 / r^2, c_i^+)
-    upper:  E C_r / N <= (1/N) sum_i u_i,       u_i = min(1, e_i, c_i^-)
-    sure:   if all selected pairs are >= delta apart, X_i <= xi_i^delta, so C_r >= #{i : xi_i^delta < r}.
-
-with the terms
-    xi_i^2 / r^2                                   Markov on X_i^2 (the paper's Markov step),
-    e_i   = exp(-(xi_i^- - r)^2 / (2 M^2 q_i))     McDiarmid (Hoeffding-type; the paper's exponential
-            when r < xi_i^-, else 1                 step, with bounded differences 2 M alpha_j),
-    c_i^+ = v_i / (v_i + (r^2 - xi_i^2)^2)         Cantelli on X_i^2 when r^2 > xi_i^2, else 1,
-    c_i^- = v_i / (v_i + (xi_i^2 - r^2)^2)         Cantelli on X_i^2 when r^2 < xi_i^2, else 1,
-    v_i   = Var X_i^2 = (2 M^4 / d) (q_i^2 - p_i)  (exact, from the fourth moment).
-
-Directions: the Markov lower bound needs an UPPER bound on E X_i^2 (``xi_i^2``); the exponential
-upper bound needs a LOWER bound on E X_i (``xi_i^-``): an upper bound there (such as
-``xi_i^delta``, which is what the paper's delta-argument yields) makes the exponential bound
-invalid (paper.md item T6; :func:`paper_shaped_upper` is that reconstruction and the tests and the
-chapter exhibit a violation).
-
-Under both assumptions at once (the points conditioned on min separation >= delta, i.e. drawn by
-rejection), every probability above is divided by ``P(E) >= 1 - eta``, ``eta = C(N,2) P(||x-y|| <
-delta)`` (union bound; :func:`separation_failure_bound`), and the sure bound applies.
-
-This module holds the sympy derivations (:func:`derive`) and the numeric bounds (torch), used by
-the chapter, the tests and the model overlay.
+Only sympy here; every function returns sympy objects and the booleans that say an identity closed.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 
 import sympy as sp
-import torch
-from torch import Tensor
 
 from .algebra import closes  # noqa: F401  (re-exported: chapters call TD.closes)
 
-__all__ = [
-    "Theorem2Derivation", "derive", "spread_terms", "Theorem2Bounds", "theorem2_bounds",
-    "separation_lower_bound", "paper_shaped_upper", "pair_closer_probability",
-    "separation_failure_bound", "sample_sphere", "sample_separated", "MonteCarlo",
-    "monte_carlo_fraction", "monte_carlo_curve", "monte_carlo_check", "counted_inside",
-]
+__all__ = ["Theorem2Derivation", "derive", "MultiHeadDerivation", "multihead", "closes"]
 
 # ----------------------------------------------------------------------------------- sympy
 M = sp.Symbol("M", positive=True)          # sphere radius
@@ -184,300 +155,54 @@ def derive(n: int = 3) -> Theorem2Derivation:
     )
 
 
-# ----------------------------------------------------------------------------------- numeric
-def spread_terms(top_weights: Tensor, n_grid) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Per selected token: sums over the OTHER selected tokens' weights, for every N of the grid.
-
-    ``top_weights`` [..., K] sorted (descending) weights, K >= max N. Returns ``(w, q, p, mask)``
-    each [..., G, K]: ``w = sum_{j != i} alpha_j``, ``q = sum alpha_j^2``, ``p = sum alpha_j^4`` over
-    the selected j < N, j != i, at rank i; ``mask`` is True where rank i < N (zeros elsewhere).
-    """
-    grid = torch.as_tensor(n_grid, dtype=torch.long)
-    k = top_weights.shape[-1]
-    if int(grid.max()) > k:
-        raise ValueError(f"top_weights hold {k} ranks but the grid asks for N = {int(grid.max())}.")
-    a = top_weights.to(torch.float64)
-    mask = torch.arange(k)[None, :] < grid[:, None]  # [G, K]
-    mask_f = mask.to(a.dtype)
-    out = []
-    for power in (1, 2, 4):
-        v = a**power  # [..., K]
-        totals = (v[..., None, :] * mask_f).sum(-1, keepdim=True)  # [..., G, 1]
-        out.append(((totals - v[..., None, :]) * mask_f).clamp_min(0.0))
-    return out[0], out[1], out[2], mask.expand(out[0].shape)
 
 
-@dataclass
-class Theorem2Bounds:
-    """Bounds on E C_r / N, each [..., G].
+# ------------------------------------------------------------------------- several heads
+@dataclass(frozen=True)
+class MultiHeadDerivation:
+    """Coverage of a token by H heads that distinguish it independently (sympy objects).
 
-    ``lower`` / ``upper``: the theorem (every term combined); ``lower_markov`` /
-    ``upper_exponential``: the paper's two steps alone (Markov on X^2; McDiarmid with xi^-);
-    ``separation``: the sure bound (None without delta).
+    ``rates``: the symbols p_1..p_H; ``coverage``: P(at least one head) = 1 - prod_h (1 - p_h),
+    from the product rule for independent misses; ``equal``: that at p_h = p, and
+    ``equal_closes``: it equals the paper's 1 - (1 - p)^H. ``curvature``: the second derivative
+    of ``phi(p) = 1 - (1 - p)^H`` in p, written with u = 1 - p > 0 and H = k + 1 (k >= 0), and
+    ``concave``: sympy decides it is <= 0, so (Jensen) heads whose rate varies over the tokens
+    cover on average at most ``phi`` of the mean rate. ``two_point_gap``: phi((a+b)/2) -
+    (phi(a)+phi(b))/2 at H = 3, factored. ``paper_coverage``: 1 - (1 - 4/5)^3 (= 124/125) and
+    ``paper_heads``: the fewest H with 1 - (1/5)^H >= 99/100.
     """
 
-    lower: Tensor
-    upper: Tensor
-    lower_markov: Tensor
-    upper_exponential: Tensor
-    separation: Tensor | None
+    rates: tuple
+    coverage: sp.Expr
+    equal: sp.Expr
+    equal_closes: bool
+    curvature: sp.Expr
+    concave: bool
+    two_point_gap: sp.Expr
+    paper_coverage: sp.Expr
+    paper_heads: int
 
 
-def _terms_one_n(n: int, powers, totals, r: Tensor, m: float, dim: int, dl: Tensor | None,
-                 scale: float, sure_rtol: float = 0.0):
-    """Bounds for one N from the selected weights' powers ``(a, a^2, a^4)`` [..., K] and their
-    cumulative sums ``totals``; ``r`` [...]. Returns (lower, upper, lower_markov, upper_exp, sure)."""
-    a1, a2, a4 = (v[..., :n] for v in powers)
-    w_o, q_o, p_o = ((t[..., n - 1:n] - v).clamp_min(0.0) for t, v in zip(totals, (a1, a2, a4)))
-    r = r[..., None]
-    r2 = r * r
-    ones = torch.ones_like(q_o)
-    positive = q_o > 0
-    safe_q = torch.where(positive, q_o, ones)
-    xi2 = m**2 * q_o
-    xi_minus = torch.where(positive, (xi2 / (1.0 + (2.0 / dim) * (1.0 - p_o / (safe_q * safe_q)))).sqrt(),
-                           torch.zeros_like(q_o))
-    var = (2.0 * m**4 / dim) * (q_o * q_o - p_o).clamp_min(0.0)  # Var X_i^2
-
-    def cantelli(gap2):  # v / (v + gap^2) for gap > 0, else 1
-        return torch.where(gap2 > 0, var / (var + gap2 * gap2).clamp_min(1e-300), ones)
-
-    markov = (xi2 / r2).clamp(max=1.0)
-    miss = torch.minimum(markov, cantelli(r2 - xi2))  # bounds on P(X_i >= r)
-    gap = (xi_minus - r).clamp_min(0.0)
-    expo = torch.where(r < xi_minus, torch.exp(-(gap * gap) / (2 * m**2 * safe_q)), ones)
-    hit = torch.minimum(expo, cantelli(xi2 - r2))  # bounds on P(X_i < r)
-    if scale != 1.0:
-        markov, miss, expo, hit = ((v * scale).clamp(max=1.0) for v in (markov, miss, expo, hit))
-    sure = None
-    if dl is not None:
-        w2 = w_o * w_o
-        xi_d2 = m**2 * w2 - (dl[..., None] ** 2 / 2) * (w2 - q_o)
-        sure = xi_d2.clamp_min(0.0).sqrt() < r * (1.0 - sure_rtol)
-        zero = torch.zeros((), dtype=miss.dtype)
-        miss = torch.where(sure, zero, miss)
-        markov = torch.where(sure, zero, markov)
-        sure = sure.to(a1.dtype).mean(-1)
-    return (1.0 - miss.mean(-1), hit.mean(-1), 1.0 - markov.mean(-1), expo.mean(-1), sure)
-
-
-def theorem2_bounds(top_weights: Tensor, n_grid, radius, *, sphere_radius: float = 1.0,
-                    dim: int, delta: float | Tensor | None = None,
-                    failure: float = 0.0, sure_rtol: float = 0.0) -> Theorem2Bounds:
-    """The book's Theorem 2 bounds on E C_r / N for every row and N (float64).
-
-    Args:
-        top_weights: [..., K] the selected weights in decreasing order (K >= max N).
-        n_grid: the N values [G].
-        radius: r, a number or a tensor [..., G] (e.g. the measured radius per row and N);
-            leading dims broadcast with those of ``top_weights``.
-        sphere_radius: M. dim: d (the points' dimension).
-        delta: minimum pairwise separation of the selected points (Assumption 2), a number or a
-            tensor broadcasting with the leading dims; optional.
-        failure: eta in [0, 1), a bound on P(separation fails) under the rejection model; the
-            probabilistic terms are divided by 1 - eta (use 0 for independent points).
-        sure_rtol: count a token in the sure bound only when xi^delta < r (1 - sure_rtol): a
-            weaker, still valid bound, robust to rounding in an r measured in float32.
-    """
-    if not sphere_radius > 0:
-        raise ValueError(f"the sphere radius M must be > 0 (got {sphere_radius}).")
-    if dim < 1:
-        raise ValueError(f"the dimension d must be >= 1 (got {dim}).")
-    if not 0.0 <= failure < 1.0:
-        raise ValueError(f"the separation failure bound eta must lie in [0, 1) (got {failure}).")
-    if not 0.0 <= sure_rtol < 1.0:
-        raise ValueError(f"sure_rtol must lie in [0, 1) (got {sure_rtol}).")
-    grid = torch.as_tensor(n_grid, dtype=torch.long).flatten()
-    k = top_weights.shape[-1]
-    if int(grid.max()) > k:
-        raise ValueError(f"top_weights hold {k} ranks but the grid asks for N = {int(grid.max())}.")
-    a = top_weights.to(torch.float64)
-    r_t = torch.as_tensor(radius, dtype=torch.float64)
-    d_t = None if delta is None else torch.as_tensor(delta, dtype=torch.float64)
-    try:
-        lead = torch.broadcast_shapes(a.shape[:-1], r_t.shape[:-1] if r_t.dim() else (),
-                                      d_t.shape if d_t is not None else ())
-    except RuntimeError:
-        raise ValueError(f"top_weights {tuple(a.shape)}, radius {tuple(r_t.shape)} and delta "
-                         "do not broadcast: radius must be [..., G] or a number, delta [...].") from None
-    a = a.expand(*lead, k)
-    r_all = torch.broadcast_to(r_t, (*lead, len(grid)))
-    dl = None if d_t is None else torch.broadcast_to(d_t, lead)
-    scale = 1.0 / (1.0 - failure)
-    powers = (a, a * a, (a * a) ** 2)
-    totals = tuple(v.cumsum(-1) for v in powers)
-    parts = [_terms_one_n(n, powers, totals, r_all[..., g], float(sphere_radius), dim, dl, scale,
-                          sure_rtol)
-             for g, n in enumerate(grid.tolist())]
-    lower, upper, lower_markov, upper_exp, sure = (
-        None if parts[0][i] is None else torch.stack([part[i] for part in parts], dim=-1)
-        for i in range(5))
-    return Theorem2Bounds(lower=lower, upper=upper, lower_markov=lower_markov,
-                          upper_exponential=upper_exp, separation=sure)
-
-
-def separation_lower_bound(top_weights: Tensor, n_grid, radius, *, sphere_radius: float = 1.0,
-                           delta) -> Tensor:
-    """The sure bound #{i : xi_i^delta < r} / N, [..., G] (Assumption 2 alone, no expectation)."""
-    return theorem2_bounds(top_weights, n_grid, radius, sphere_radius=sphere_radius, dim=1,
-                           delta=delta).separation
-
-
-def paper_shaped_upper(top_weights: Tensor, n_grid, radius, *, sphere_radius: float = 1.0,
-                       delta: float) -> Tensor:
-    """The digest's reconstruction of the paper's upper bound, [..., G]:
-    ``(1/N) sum_i exp(-(xi_i^delta - r)^2 / (2 M^2))`` for r < xi_i^delta, else 1.
-
-    Its xi_i^delta is an UPPER bound on E X_i, while the Hoeffding step needs a lower bound, so
-    this is not a valid bound (it is kept to exhibit the violation, paper.md item T6).
-    """
-    grid = torch.as_tensor(n_grid, dtype=torch.long)
-    w_o, q_o, _, mask = spread_terms(top_weights, grid)
-    m = float(sphere_radius)
-    r_t = torch.as_tensor(radius, dtype=torch.float64)
-    if r_t.dim() > 0:
-        r_t = r_t[..., None]
-    xi_d = (m**2 * w_o**2 - delta**2 / 2 * (w_o**2 - q_o)).clamp_min(0.0).sqrt()
-    term = torch.where(r_t < xi_d, torch.exp(-(xi_d - r_t)**2 / (2 * m**2)),
-                       torch.ones_like(xi_d))
-    return (term * mask).sum(-1) / grid.to(torch.float64)
-
-
-def pair_closer_probability(dim: int, delta: float, sphere_radius: float = 1.0) -> float:
-    """P(||x - y|| < delta) for x, y independent uniform on S^{d-1}(M) (exact, d >= 2).
-
-    With c = 1 - delta^2/(2 M^2) the cosine threshold, P(<x,y>/M^2 > c) is
-    ``I_{1-c^2}((d-1)/2, 1/2) / 2`` for c >= 0 and ``1 - I_{1-c^2}((d-1)/2, 1/2) / 2`` for c < 0.
-    """
-    from scipy.special import betainc
-
-    if dim < 2:
-        raise ValueError("the cap formula needs d >= 2.")
-    c = 1.0 - delta**2 / (2.0 * sphere_radius**2)
-    if c <= -1.0:
-        return 1.0
-    if c >= 1.0:
-        return 0.0
-    tail = 0.5 * float(betainc((dim - 1) / 2.0, 0.5, 1.0 - c * c))
-    return tail if c >= 0 else 1.0 - tail
-
-
-def separation_failure_bound(n_points: int, dim: int, delta: float,
-                             sphere_radius: float = 1.0) -> float:
-    """eta = min(1, C(n,2) P(||x-y|| < delta)) >= P(some pair of n i.i.d. points is < delta apart)."""
-    return min(1.0, math.comb(n_points, 2) * pair_closer_probability(dim, delta, sphere_radius))
-
-
-def sample_sphere(n_samples: int, n_points: int, dim: int, *, sphere_radius: float = 1.0,
-                  generator: torch.Generator | None = None) -> Tensor:
-    """[S, n, d] i.i.d. uniform points on S^{d-1}(M) (normalised Gaussians), float64."""
-    g = torch.randn(n_samples, n_points, dim, dtype=torch.float64, generator=generator)
-    return g * (sphere_radius / g.norm(dim=-1, keepdim=True))
-
-
-def _min_separation(points: Tensor) -> Tensor:
-    dist = torch.cdist(points, points)
-    n = points.shape[-2]
-    return dist.masked_fill(torch.eye(n, dtype=torch.bool), float("inf")).amin((-1, -2))
-
-
-def sample_separated(n_samples: int, n_points: int, dim: int, delta: float, *,
-                     sphere_radius: float = 1.0, generator: torch.Generator | None = None,
-                     max_rounds: int = 200) -> tuple[Tensor, float]:
-    """[S, n, d] uniform points conditioned on min pairwise distance >= delta (rejection).
-
-    Returns the points and the measured acceptance rate (an estimate of P(E)).
-    """
-    kept, drawn, accepted = [], 0, 0
-    for _ in range(max_rounds):
-        batch = sample_sphere(max(n_samples, 256), n_points, dim, sphere_radius=sphere_radius,
-                              generator=generator)
-        ok = _min_separation(batch) >= delta
-        drawn += batch.shape[0]
-        accepted += int(ok.sum())
-        kept.append(batch[ok])
-        if accepted >= n_samples:
-            break
-    if accepted < n_samples:
-        raise ValueError(f"rejection sampling accepted only {accepted} of {drawn} draws for "
-                         f"delta = {delta}; lower delta or the number of points.")
-    return torch.cat(kept)[:n_samples], accepted / drawn
-
-
-def counted_inside(points: Tensor, weights: Tensor, radius) -> Tensor:
-    """C_r / N per sample: the fraction of the N points with ||s - alpha_i x_i|| < r, [S]."""
-    a = torch.as_tensor(weights, dtype=points.dtype)
-    y = a[:, None] * points  # [S, N, d]
-    s = y.sum(-2, keepdim=True)
-    x_i = (s - y).norm(dim=-1)  # [S, N]
-    return (x_i < torch.as_tensor(radius, dtype=points.dtype)).to(points.dtype).mean(-1)
-
-
-@dataclass
-class MonteCarlo:
-    """Monte Carlo estimate of E C_r / N: ``mean``, its ``stderr``, the sample count, and the
-    acceptance rate of the rejection sampler (1.0 without delta)."""
-
-    mean: float
-    stderr: float
-    samples: int
-    acceptance: float
-
-
-def monte_carlo_curve(weights, radii, dim: int, *, n_samples: int = 20_000,
-                      sphere_radius: float = 1.0, delta: float | None = None,
-                      seed: int = 0) -> tuple[Tensor, Tensor, float]:
-    """Estimate E C_r / N for fixed weights [N] at every radius of ``radii`` [R] from ONE set of
-    samples under Assumption 1 (and Assumption 2 by rejection when ``delta`` is given).
-
-    Returns ``(mean [R], stderr [R], acceptance)``.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    a = torch.as_tensor(weights, dtype=torch.float64)
-    n = a.numel()
-    if delta is None:
-        pts, acc = sample_sphere(n_samples, n, dim, sphere_radius=sphere_radius, generator=gen), 1.0
-    else:
-        pts, acc = sample_separated(n_samples, n, dim, delta, sphere_radius=sphere_radius,
-                                    generator=gen)
-    y = a[:, None] * pts
-    x_i = (y.sum(-2, keepdim=True) - y).norm(dim=-1)  # [S, N]
-    r = torch.as_tensor(radii, dtype=torch.float64).flatten()
-    frac = (x_i[:, :, None] < r).to(torch.float64).mean(1)  # [S, R]
-    return frac.mean(0), frac.std(0) / math.sqrt(n_samples), acc
-
-
-def monte_carlo_fraction(weights, radius: float, dim: int, *, n_samples: int = 20_000,
-                         sphere_radius: float = 1.0, delta: float | None = None,
-                         seed: int = 0) -> MonteCarlo:
-    """Estimate E C_r / N for fixed weights [N] under Assumption 1 (and 2 by rejection)."""
-    mean, se, acc = monte_carlo_curve(weights, [radius], dim, n_samples=n_samples,
-                                      sphere_radius=sphere_radius, delta=delta, seed=seed)
-    return MonteCarlo(mean=float(mean[0]), stderr=float(se[0]), samples=n_samples, acceptance=acc)
-
-
-def monte_carlo_check(weights, radius: float, dim: int, *, sphere_radius: float = 1.0,
-                      delta: float | None = None, n_samples: int = 4000, seed: int = 0,
-                      z: float = 4.0) -> dict:
-    """One Monte Carlo test of the theorem: the estimate against the bounds for sorted ``weights``.
-
-    Under rejection (``delta`` given) the bounds carry the failure bound eta of
-    :func:`separation_failure_bound` and the sure bound. ``ok`` is True when
-    ``lower - z se <= mean <= upper + z se``. Returns a flat dict (one table row).
-    """
-    a = torch.as_tensor(weights, dtype=torch.float64)
-    n = a.numel()
-    eta = 0.0 if delta is None else separation_failure_bound(n, dim, delta, sphere_radius)
-    if eta >= 1.0:
-        raise ValueError(f"the union bound gives eta = {eta:.3f} >= 1 for N = {n}, d = {dim}, "
-                         f"delta = {delta}: choose a smaller delta.")
-    mc = monte_carlo_fraction(a, radius, dim, n_samples=n_samples, sphere_radius=sphere_radius,
-                              delta=delta, seed=seed)
-    b = theorem2_bounds(a, [n], radius, sphere_radius=sphere_radius, dim=dim, delta=delta,
-                        failure=eta)
-    lower, upper = float(b.lower[0]), float(b.upper[0])
-    return {"N": n, "d": dim, "r": float(radius), "delta": delta, "eta": eta,
-            "lower": lower, "lower_markov": float(b.lower_markov[0]), "mc": mc.mean,
-            "se": mc.stderr, "upper": upper, "upper_exponential": float(b.upper_exponential[0]),
-            "acceptance": mc.acceptance,
-            "ok": lower - z * mc.stderr <= mc.mean <= upper + z * mc.stderr}
+def multihead(heads: int = 3, p_paper=sp.Rational(4, 5), target=sp.Rational(99, 100)) -> MultiHeadDerivation:
+    """Derive the independent-heads coverage for ``heads`` heads (>= 1)."""
+    if heads < 1:
+        raise ValueError(f"the number of heads must be >= 1 (got {heads}).")
+    rates = sp.symbols(f"p1:{heads + 1}", nonnegative=True)
+    pr = sp.Symbol("p", nonnegative=True)
+    coverage = 1 - sp.prod([1 - r for r in rates])
+    equal = coverage.subs({r: pr for r in rates})
+    h_sym, k_sym = sp.Symbol("H", positive=True, integer=True), sp.Symbol("k", nonnegative=True, integer=True)
+    u = sp.Symbol("u", positive=True)
+    phi = 1 - (1 - pr) ** h_sym
+    curvature = sp.simplify(sp.diff(phi, pr, 2).subs(pr, 1 - u).subs(h_sym, k_sym + 1))
+    a, b = sp.symbols("a b", nonnegative=True)
+    phi3 = sp.Lambda(pr, 1 - (1 - pr) ** 3)
+    gap = sp.factor(sp.expand(phi3((a + b) / 2) - (phi3(a) + phi3(b)) / 2))
+    n_heads = 1
+    while 1 - (1 - p_paper) ** n_heads < target:
+        n_heads += 1
+    return MultiHeadDerivation(
+        rates=rates, coverage=coverage, equal=sp.factor(equal),
+        equal_closes=closes(equal - (1 - (1 - pr) ** heads)),
+        curvature=curvature, concave=bool(curvature.is_nonpositive),
+        two_point_gap=gap, paper_coverage=1 - (1 - p_paper) ** 3, paper_heads=n_heads)

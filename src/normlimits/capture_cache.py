@@ -1,0 +1,180 @@
+"""The shared capture cache: forward passes computed once per build, reused by every chapter.
+
+Every chapter captures the same corpus windows on the same model; :func:`cached_captures` serves
+them from disk when an earlier chapter of the build already ran the forward pass. An entry is
+keyed by everything the captures depend on:
+
+- the model: its name, a sha256 of its configuration and of every weight tensor (as it is in
+  memory, so a model changed after loading gets its own entry), the factor each layer puts on
+  ``q.k``, the device type and the dtype of the forward pass;
+- the corpus's sha256, the window length L and the window count (which fix the windows);
+- the versions of torch and transformers, and a digest of this package's sources.
+
+Each window is one safetensors file holding ``queries``, ``keys``, ``values``, ``hidden``,
+``scale`` and the window's token ``ids``, written atomically (a temporary file renamed into place),
+in the dtype of the forward pass (float32 by default: the cache returns bit-identical tensors, so
+no result changes). A file that cannot be read, or whose ids or shapes do not match, is computed
+again and replaced, with a warning.
+
+Where: ``NORMLIMITS_CAPTURE_CACHE`` (a folder, or ``off``); unset, ``_build/captures`` of the book
+the current folder belongs to, which ``python -m normlimits.execution_cache`` (the first step of
+``make book``) drops together with the executed chapters whenever the settings, the package or
+the corpus change; outside a book (no ``_config.yml`` above the current folder), nothing is
+cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from importlib import metadata
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from torch import Tensor
+
+from .cache import atomic_save_safetensors, atomic_write_json, key_digest
+from .capture import WindowCapture, capture_window, input_device, layer_scales
+
+CAPTURE_CACHE_ENV = "NORMLIMITS_CAPTURE_CACHE"
+#: the folder under the build directory (``execution_cache.DERIVED`` drops it)
+BUILD_SUBDIR = "captures"
+FIELDS = ("queries", "keys", "values", "hidden", "scale")
+KEY_FILE = "key.json"
+
+
+def capture_cache_dir() -> Path | None:
+    """The cache folder: ``NORMLIMITS_CAPTURE_CACHE``, else the book's ``_build/captures``, else
+    None (no caching). ``off`` (or ``0``, ``none``) disables it."""
+    raw = os.environ.get(CAPTURE_CACHE_ENV, "").strip()
+    if raw.lower() in ("off", "0", "none", "false"):
+        return None
+    if raw:
+        return Path(raw).expanduser()
+    from .ledger import book_root
+
+    root = book_root()
+    return None if root is None else root / "_build" / BUILD_SUBDIR
+
+
+def _tensor_bytes(tensor: Tensor) -> memoryview:
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """sha256 of the configuration and every distinct parameter and buffer (names, dtypes,
+    shapes, bytes). About 1 s for GPT-2 124M on one core; tied weights are hashed once. Tensors
+    that Accelerate offloaded (on the ``meta`` device) count by name, dtype and shape only."""
+    digest = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    seen: set[tuple[int, int]] = set()
+    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+        ident = (tensor.data_ptr(), tensor.numel())
+        if ident in seen:
+            continue
+        seen.add(ident)
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\0".encode())
+        if tensor.device.type != "meta":
+            digest.update(_tensor_bytes(tensor))
+    return digest.hexdigest()
+
+
+def capture_key(loaded, corpus, length: int, count: int) -> dict:
+    """Everything the captures of ``count`` windows of ``length`` tokens depend on."""
+    from .execution_cache import package_digest
+
+    model = loaded.model
+    parameter = next(model.parameters())
+    return {
+        "model": loaded.name,
+        "model_sha256": model_fingerprint(model),
+        "scales": [round(float(s), 12) for s in layer_scales(model)],
+        "device": parameter.device.type,
+        "dtype": str(parameter.dtype).removeprefix("torch."),
+        "corpus_sha256": corpus.sha256,
+        "length": int(length),
+        "count": int(count),
+        "torch": torch.__version__,
+        "transformers": metadata.version("transformers"),
+        "package": package_digest(),
+    }
+
+
+def _store(path: Path, capture: WindowCapture, ids: Tensor) -> None:
+    tensors = {name: getattr(capture, name) for name in FIELDS}
+    atomic_save_safetensors({**tensors, "ids": ids}, path)
+
+
+def _load(path: Path, ids: Tensor, device: torch.device) -> WindowCapture | None:
+    """The capture stored at ``path`` if it is readable and is of ``ids``; else None (warned)."""
+    if not path.is_file():
+        return None
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(path), device=str(device))
+        capture = WindowCapture(**{name: tensors[name] for name in FIELDS})
+        same = torch.equal(tensors["ids"].to(ids.device), ids)
+        shapes = capture.queries.shape[-2] == len(ids) == capture.hidden.shape[-2]
+    except Exception as exc:   # a damaged file: safetensors and torch raise various types
+        warnings.warn(f"capture cache: {path} is unreadable ({type(exc).__name__}: {exc}); "
+                      "computing that window again and replacing the file.", stacklevel=3)
+        return None
+    if not (same and shapes):
+        warnings.warn(f"capture cache: {path} holds another window than the one asked for; "
+                      "computing it again and replacing the file.", stacklevel=3)
+        return None
+    return capture
+
+
+def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None) -> Iterator[WindowCapture]:
+    """One capture per row of ``windows`` [W, L]: loaded from ``folder`` when stored there,
+    else computed (one forward pass) and stored. ``folder`` None: computed, nothing stored."""
+    writable = folder is not None
+    if writable and key is not None:
+        try:
+            atomic_write_json(folder / KEY_FILE, key)
+        except OSError as exc:
+            warnings.warn(f"capture cache: cannot write to {folder} ({exc}); captures are computed "
+                          f"without caching. Set {CAPTURE_CACHE_ENV} to a writable folder, or off.",
+                          stacklevel=2)
+            writable = False
+    device = input_device(loaded.model)
+    for index, ids in enumerate(windows):
+        path = None if folder is None else folder / f"window-{index:04d}.safetensors"
+        capture = _load(path, ids, device) if path is not None else None
+        if capture is None:
+            capture = capture_window(loaded, ids)
+            if writable:
+                try:
+                    _store(path, capture, ids)
+                except OSError as exc:
+                    warnings.warn(f"capture cache: cannot write {path} ({exc}); continuing "
+                                  "without caching.", stacklevel=2)
+                    writable = False
+        yield capture
+
+
+def cached_captures(loaded, corpus, length: int, count: int) -> Iterator[WindowCapture]:
+    """Captures of ``token_windows(loaded, corpus, length, count)``, one per window, in order,
+    through the shared cache (:func:`capture_cache_dir`): a drop-in replacement for
+    ``iter_captures(loaded, token_windows(loaded, corpus, length, count))`` that runs each
+    forward pass once per build. Memory-flat: one window at a time."""
+    from .corpus import token_windows
+
+    windows = token_windows(loaded, corpus, length, count)    # validates length and count
+    root = capture_cache_dir()
+    if root is None:
+        return serve(loaded, windows, None)
+    key = capture_key(loaded, corpus, length, count)
+    return serve(loaded, windows, root / key_digest(key), key)
+
+
+def entry_bytes(folder: Path | None = None) -> int:
+    """Disk bytes held by the capture cache (all entries)."""
+    folder = folder if folder is not None else capture_cache_dir()
+    if folder is None or not folder.is_dir():
+        return 0
+    return sum(p.stat().st_size for p in folder.rglob("*.safetensors"))

@@ -1,0 +1,350 @@
+"""Attention with tokens removed: how many attended tokens does the model need?
+
+The question of the authors' follow-up (arXiv 2609.37879, "Retrieval Capacity of
+Self-Attention Under Competition"), whose definitions this module reconstructs from its
+abstract (the text was not available): at **every** layer, head and query, keep only the ``N``
+keys with the largest softmax weights and
+
+- ``renormalise=False`` ("delete"): keep their original weights, the rest set to 0 (the row then
+  sums to the retained mass, as in the follow-up's main protocol);
+- ``renormalise=True`` ("delete and renormalise"): divide the retained weights by their sum (this
+  is top-k softmax with k = N).
+
+The model's next-token loss (NLL, nats per token) on fixed prediction targets is compared with the
+full model's; the **effective set size** ``N*_tau(L)`` is the smallest N of the grid whose loss is
+within ``tau`` of the full model at context length L. Ties at the N-th place are broken towards
+the lower key index (so exactly N keys are kept; masked future keys have weight 0 and are never
+preferred to a visible key).
+
+Protocol (one reading of "extending context while evaluating the same prediction targets"):
+windows of the longest length are cut from the corpus; for context length ``L`` the model sees the
+last ``L`` tokens of each window and the targets are its last ``targets`` next-token predictions,
+the same tokens for every L. All N of a grid run as one batch (one forward pass per chunk of the
+batch).
+
+The change of a layer's output is measured on the unmodified model (one layer at a time, from a
+capture): ``||W_O concat_h(sum_i (w~_i - alpha_i) v_i)|| / ||W_O concat_h(sum_i alpha_i v_i)||``
+with ``w~`` the retained (and possibly renormalised) weights and ``W_O`` the output projection
+(the bias cancels in the difference and is left out of both).
+
+The modified forward passes use transformers' ``AttentionInterface``: :func:`top_n_attention`
+registers an attention function and the eager causal mask under one name (without the mask
+function the model would silently run non-causal attention) and switches the model to it for the
+duration of a ``with`` block. Shapes: ids ``[B, L]``; NLL ``[B, targets]``; per-N results
+``[n]``. Losses in nats.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .fits import loglog_fit
+from .selection import top_n
+
+__all__ = [
+    "ATTENTION_NAME",
+    "keep_top_n",
+    "top_n_attention",
+    "removal_nll",
+    "n_grid_for",
+    "output_change",
+    "RemovalResult",
+    "removal_sweep",
+    "effective_set_size",
+    "claim_values",
+]
+
+#: the name the attention function and its mask are registered under
+ATTENTION_NAME = "normlimits_top_n"
+
+
+def keep_top_n(weights: Tensor, n: Tensor | int) -> Tensor:
+    """Boolean mask of the ``n`` largest entries of each row (last dim), in the book's order.
+
+    ``weights`` [B, ..., L] non-negative; ``n`` an int or a LongTensor [B] (one N per leading
+    batch element). The selection is :func:`normlimits.selection.top_n` (ties: the earlier key
+    first). Rows with fewer than ``n`` positive entries keep all of them (plus zeros, which carry
+    no weight). Returns a bool tensor shaped like ``weights``.
+    """
+    n = torch.as_tensor(n, dtype=torch.long, device=weights.device)
+    if bool((n < 1).any()):
+        raise ValueError(f"N must be >= 1 (got {n.tolist()})")
+    length = weights.shape[-1]
+    if n.dim() == 0:
+        n = n.expand(weights.shape[0])
+    if n.shape[0] != weights.shape[0]:
+        raise ValueError(f"one N per batch element: got {n.shape[0]} values for batch {weights.shape[0]}")
+    out = torch.zeros_like(weights, dtype=torch.bool)
+    for b in range(weights.shape[0]):
+        k = int(min(int(n[b]), length))
+        if k >= length:
+            out[b] = True
+            continue
+        _, indices = top_n(weights[b], k)
+        out[b].scatter_(-1, indices, True)
+    return out
+
+
+@dataclass
+class _Setting:
+    n: Tensor | None = None          # [B] one N per batch element
+    renormalise: bool = False
+
+
+_SETTING = _Setting()
+
+
+def _top_n_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """GPT-2 eager attention with every row cut to its top N weights (see module docstring)."""
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = torch.softmax(scores, dim=-1)
+    if _SETTING.n is not None:
+        keep = keep_top_n(weights, _SETTING.n.to(weights.device))
+        weights = torch.where(keep, weights, torch.zeros_like(weights))
+        if _SETTING.renormalise:
+            weights = weights / weights.sum(-1, keepdim=True)
+    weights = weights.type(value.dtype)
+    out = torch.matmul(weights, value).transpose(1, 2)
+    return out, weights
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(ATTENTION_NAME, _top_n_forward)
+    AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
+
+
+@contextmanager
+def top_n_attention(model, n: Tensor | Sequence[int] | int, renormalise: bool = False):
+    """Run ``model`` with every attention row cut to its top ``n`` weights inside the block.
+
+    ``n``: one N for the whole batch or one per batch element. The model's attention
+    implementation is restored afterwards (also on errors).
+    """
+    _register()
+    previous = model.config._attn_implementation
+    old = (_SETTING.n, _SETTING.renormalise)
+    _SETTING.n = torch.as_tensor(n, dtype=torch.long).reshape(-1)
+    _SETTING.renormalise = bool(renormalise)
+    model.set_attn_implementation(ATTENTION_NAME)
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(previous)
+        _SETTING.n, _SETTING.renormalise = old
+
+
+@torch.no_grad()
+def removal_nll(model, ids: Tensor, targets: int, n: Tensor | Sequence[int] | None = None,
+                renormalise: bool = False) -> Tensor:
+    """Next-token NLL (nats) of the last ``targets`` predictions of each row of ``ids`` [B, L].
+
+    ``n``: None for the unmodified model, else one N per row (or one for all). Returns
+    ``[B, targets]``: entry ``[b, j]`` is ``-log p(ids[b, L - targets + j] | ids[b, :L - targets + j])``.
+    """
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    if not 1 <= targets < ids.shape[-1]:
+        raise ValueError(f"targets must lie in 1..{ids.shape[-1] - 1} (got {targets})")
+    if n is None:
+        logits = model(ids).logits
+    else:
+        with top_n_attention(model, n, renormalise):
+            logits = model(ids).logits
+    logp = torch.log_softmax(logits[:, -targets - 1:-1].double(), -1)
+    return -logp.gather(-1, ids[:, -targets:, None]).squeeze(-1)
+
+
+def n_grid_for(length: int, extra: Sequence[int] = ()) -> list[int]:
+    """N grid at context length ``length``: the powers of two below it (``1, 2, 4, ...``), the
+    ``extra`` sizes, and ``length`` itself (the full model: at N = L nothing is removed)."""
+    if length < 2:
+        raise ValueError(f"context length must be >= 2 (got {length})")
+    grid, k = {length}, 0
+    while 2 ** k < length:
+        grid.add(2 ** k)
+        k += 1
+    grid |= {int(e) for e in extra if 1 <= int(e) <= length}
+    return sorted(grid)
+
+
+@torch.no_grad()
+def output_change(capture, out_weights: Sequence[Tensor], rows: Tensor, n_grid: Sequence[int],
+                  renormalise: bool) -> Tensor:
+    """Relative change of each layer's attention output when its rows keep only their top N.
+
+    ``capture``: a :class:`~normlimits.capture.WindowCapture` of the unmodified model;
+    ``out_weights``: per layer the output projection ``W_O`` [D, D] (GPT-2's ``c_proj.weight``,
+    applied as ``x @ W_O``); ``rows``: query positions; ``n_grid``: the N values.
+    Returns ``[layers, n]``: mean over rows of ``||W_O concat_h(o~_N - o)|| / ||W_O concat_h(o)||``.
+    """
+    rows = torch.as_tensor(rows, dtype=torch.long)
+    weights = torch.softmax(capture.logits(rows).double(), -1)           # [layers, H, R, L]
+    values = capture.values.double()                                     # [layers, H, L, d]
+    layers, heads, n_rows, length = weights.shape
+    full = weights @ values                                              # [layers, H, R, d]
+    out = torch.empty(layers, len(n_grid), dtype=torch.float64)
+    for j, n in enumerate(n_grid):
+        keep = keep_top_n(weights.reshape(layers * heads, n_rows, length), int(n))
+        kept = torch.where(keep.reshape(weights.shape), weights, torch.zeros_like(weights))
+        if renormalise:
+            kept = kept / kept.sum(-1, keepdim=True)
+        delta = (kept - weights) @ values                                # [layers, H, R, d]
+        for layer in range(layers):
+            w_o = out_weights[layer].double()
+            d = delta[layer].permute(1, 0, 2).reshape(n_rows, -1) @ w_o
+            f = full[layer].permute(1, 0, 2).reshape(n_rows, -1) @ w_o
+            out[layer, j] = (d.norm(dim=-1) / f.norm(dim=-1).clamp_min(1e-300)).mean()
+    return out
+
+
+def effective_set_size(n_grid: Sequence[int], loss_increase: Sequence[float], tau: float) -> int:
+    """``N*_tau``: the smallest N of the grid whose loss increase is at most ``tau`` (the grid must
+    end at the full context, where the increase is 0 by construction, so one always exists)."""
+    if not tau >= 0:
+        raise ValueError(f"the tolerance tau must be >= 0 (got {tau!r})")
+    for n, d in zip(n_grid, loss_increase):
+        if float(d) <= tau:
+            return int(n)
+    raise ValueError("no N of the grid is within tau; the grid must include the full context "
+                     f"(last N = {list(n_grid)[-1]}, increase {float(list(loss_increase)[-1]):.3g})")
+
+
+@dataclass
+class RemovalResult:
+    """The removal experiment. ``lengths`` [m]; per length ``grids[L]`` (the N values) and, per
+    mode ("delete", "renormalise"), ``increase[mode][L]`` [n] (mean NLL increase over windows and
+    targets, nats per token), ``increase_se[mode][L]`` [n] (its standard error over targets),
+    ``output_change[mode][L]`` [n] (relative change of the layer output, mean over layers);
+    ``full_nll[L]`` the full model's mean NLL; ``targets``, ``windows``, ``seconds``."""
+
+    lengths: list
+    grids: dict
+    increase: dict
+    increase_se: dict
+    output_change: dict
+    full_nll: dict
+    targets: int
+    windows: int
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def n_star(self, tau: float, mode: str = "delete") -> list[int]:
+        """``N*_tau`` per length."""
+        return [effective_set_size(self.grids[L], self.increase[mode][L], tau) for L in self.lengths]
+
+    def fraction(self, tau: float, mode: str = "delete") -> list[float]:
+        """``N*_tau / L`` per length."""
+        return [n / L for n, L in zip(self.n_star(tau, mode), self.lengths)]
+
+    def exponent(self, tau: float, mode: str = "delete") -> float:
+        """Fitted exponent e of ``N*_tau ~ L^e`` over the lengths."""
+        return float(loglog_fit(self.lengths, self.n_star(tau, mode)).exponent)
+
+    def increase_at(self, n_of_length, mode: str = "renormalise") -> list[float]:
+        """The loss increase at ``N = n_of_length(L)`` (a size on each length's grid) per length."""
+        out = []
+        for L in self.lengths:
+            n = int(n_of_length(L))
+            out.append(float(self.increase[mode][L][self.grids[L].index(n)]))
+        return out
+
+
+def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: int = 32,
+                  extra_sizes=None, batch: int = 8, captures: Sequence | None = None) -> RemovalResult:
+    """The removal experiment on ``windows`` [W, L_max] for every context length of ``lengths``.
+
+    For each L the model sees ``windows[:, -L:]``; the N grid is :func:`n_grid_for` with
+    ``extra_sizes(L)`` added (e.g. ``ceil(sqrt L)``); every (window, N < L) pair runs in batches
+    of ``batch`` rows, for both modes (N = L is the full model: increase 0 by construction). ``captures`` (optional, one
+    :class:`~normlimits.capture.WindowCapture` per window of the longest length, unmodified model)
+    add the layer-output change at the target rows of each L (rows ``L - targets .. L - 1`` of
+    the long window, which see L keys at the last row). Nothing is cached; runtime grows with
+    ``W * sum_L |grid(L)|`` forward passes of length L.
+    """
+    start = time.perf_counter()
+    model = loaded.model
+    windows = torch.as_tensor(windows, dtype=torch.long)
+    lengths = [int(L) for L in lengths]
+    if max(lengths) > windows.shape[-1]:
+        raise ValueError(f"lengths up to {max(lengths)} need windows at least that long "
+                         f"(got {windows.shape[-1]})")
+    if targets >= min(lengths):
+        raise ValueError(f"targets ({targets}) must be below the shortest length ({min(lengths)})")
+    w_out = [block.attn.c_proj.weight.detach() for block in model.transformer.h]
+    modes = {"delete": False, "renormalise": True}
+    grids, increase, se, change, full = {}, {m: {} for m in modes}, {m: {} for m in modes}, \
+        {m: {} for m in modes}, {}
+    count = windows.shape[0]
+    for L in lengths:
+        grid = n_grid_for(L, extra_sizes(L) if extra_sizes else ())
+        grids[L] = grid
+        ids = windows[:, -L:]
+        base = removal_nll(model, ids, targets)                                   # [W, K]
+        full[L] = float(base.mean())
+        for mode, renorm in modes.items():
+            # at N = L nothing is removed: that entry is the full model itself, no pass needed
+            pairs = [(w, n) for n in grid if n < L for w in range(count)]
+            nll = base[None].expand(len(grid), count, targets).clone()
+            for i in range(0, len(pairs), batch):
+                chunk = pairs[i:i + batch]
+                rows_ids = ids[[w for w, _ in chunk]]
+                ns = torch.tensor([n for _, n in chunk])
+                part = removal_nll(model, rows_ids, targets, ns, renorm)
+                for (w, n), values in zip(chunk, part):
+                    nll[grid.index(n), w] = values
+            diff = (nll - base[None]).reshape(len(grid), -1)                     # [n, W*K]
+            increase[mode][L] = diff.mean(-1).tolist()
+            se[mode][L] = (diff.std(-1) / math.sqrt(diff.shape[-1])).tolist()
+            if captures is not None:
+                rows = torch.arange(L - targets, L)
+                per = torch.stack([output_change(c, w_out, rows, grid, renorm) for c in captures])
+                change[mode][L] = per.mean((0, 1)).tolist()
+    return RemovalResult(lengths=lengths, grids=grids, increase=increase, increase_se=se,
+                         output_change=change, full_nll=full, targets=targets, windows=count,
+                         seconds=time.perf_counter() - start)
+
+
+def claim_values(removal: RemovalResult, critical: dict, tau: float, sqrt_size, protocol: str) -> dict:
+    """The values the removal claims are graded on, with a sentence each and a reason when missing.
+
+    ``critical``: length -> Figure 2c's critical N (None: none found); ``sqrt_size(L)``: the
+    ``ceil(sqrt L)`` of top-k; ``protocol``: how the critical N was computed (for the sentence).
+    Returns ``{claim id: (values, measured, reason or None)}`` for ALT-REM-size, ALT-REM-renorm,
+    ALT-REM-predict and ALT-TOPK.
+    """
+    n_del, n_ren = removal.n_star(tau, "delete"), removal.n_star(tau, "renormalise")
+    e_del, e_ren = removal.exponent(tau, "delete"), removal.exponent(tau, "renormalise")
+    ratio = float(np.median([r / d for r, d in zip(n_ren, n_del)]))
+    pairs = [(n, critical.get(L)) for n, L in zip(n_del, removal.lengths) if critical.get(L) is not None]
+    logs = [abs(math.log2(n / c)) for n, c in pairs]
+    sqrt_loss = removal.increase_at(sqrt_size, "renormalise")
+    lengths = removal.lengths
+    return {
+        "ALT-REM-size": ({"grows": e_del, "sublinear": e_del},
+                         f"$N^*_\\tau$ = {n_del} at $L$ = {lengths}; exponent {e_del:.2f}", None),
+        "ALT-REM-renorm": ({"halves": ratio, "reduces": ratio},
+                           f"$N^*_\\tau$ renormalised {n_ren} against {n_del} deleted; median ratio {ratio:.2f}",
+                           None),
+        "ALT-REM-predict": ({"log_ratio": float(np.median(logs)) if logs else None},
+                            f"($N^*_\\tau$, critical $N$) = {pairs} at the lengths where both exist "
+                            f"(critical $N$ from {protocol})",
+                            None if logs else "the critical-N search found no N below L at any length"),
+        "ALT-TOPK": ({"sqrt_loss": max(sqrt_loss), "exponent": e_ren},
+                     f"loss increase with $k = \\lceil\\sqrt L\\rceil$: {[round(x, 4) for x in sqrt_loss]} "
+                     f"nats at $L$ = {lengths}; $k$ needed ($N^*_\\tau$ renormalised) {n_ren}, exponent {e_ren:.2f}",
+                     None),
+    }

@@ -1,0 +1,77 @@
+"""Shared validators for the public boundary: one check per kind of input, one message style.
+
+Every validator names the argument (or setting), the value it got and the remedy, and raises
+:class:`InputError`. The public functions the chapters call validate their
+inputs here, once; the metrics behind them trust what they are given.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .settings import SettingError
+
+
+class InputError(SettingError):
+    """An argument of a public function has a value the project cannot use (message: remedy).
+
+    A :class:`~normlimits.settings.SettingError` (so a ``ValueError``): a window length is bad in
+    the same way whether it came from a setting or an argument.
+    """
+
+
+def window_length(length, max_positions: int, *, argument: str = "window length L",
+                  limit: str | None = None) -> int:
+    """``length`` as an int in 1..``max_positions``.
+
+    ``limit`` names what bounds the length in the message (default ``n_positions=max_positions``).
+    """
+    limit = limit or f"n_positions={max_positions}"
+    if isinstance(length, bool) or not isinstance(length, int):
+        raise InputError(f"{argument} must be a positive integer (got {length!r} of type "
+                         f"{type(length).__name__}); pass an int such as 1024.")
+    if length < 1:
+        raise InputError(f"{argument}={length}: a window needs at least one token; "
+                         f"use 1 <= L <= {max_positions}.")
+    if length > max_positions:
+        raise InputError(f"{argument}={length} is beyond the model's context ({limit}); "
+                         f"use L <= {max_positions}.")
+    return length
+
+
+def token_ids(ids, *, vocab_size: int, max_positions: int, argument: str = "ids",
+              limit: str | None = None) -> Tensor:
+    """Token ids as a LongTensor [..., L], checked: integer type, 1 <= L <= ``max_positions``,
+    every id in ``0..vocab_size - 1``.
+
+    Floating-point, boolean or complex ids are refused rather than cast (a cast would silently
+    truncate 3.7 to 3); so are empty windows and ids outside the vocabulary (they would fail deep
+    inside the model's embedding, or index another row of it on some devices).
+    """
+    try:
+        tensor = torch.as_tensor(ids)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise InputError(f"{argument} must be a tensor or a (nested) list of integer token ids "
+                         f"of equal lengths ({exc}); pass e.g. token_windows(...) or "
+                         "torch.tensor(loaded.encode(text)).") from None
+    if tensor.dtype.is_floating_point or tensor.dtype.is_complex or tensor.dtype == torch.bool:
+        raise InputError(f"{argument} has dtype {tensor.dtype}: token ids must be integers, and "
+                         "floats are not cast silently; pass integer ids (torch.long), e.g. from "
+                         "token_windows(...) or loaded.encode(text).")
+    if tensor.dim() == 0:
+        raise InputError(f"{argument} is a single number ({int(tensor)}); pass a window of ids "
+                         "with shape [L] (or [W, L]).")
+    length = int(tensor.shape[-1])
+    window_length(length, max_positions, argument=f"{argument}: window length L", limit=limit)
+    tensor = tensor.to(torch.long)
+    if tensor.numel():
+        low, high = int(tensor.min()), int(tensor.max())
+        if low < 0:
+            raise InputError(f"{argument} holds a negative token id ({low}); ids must lie in "
+                             f"0..{vocab_size - 1}: encode text with loaded.encode.")
+        if high >= vocab_size:
+            raise InputError(f"{argument} holds token id {high}, beyond the model's vocabulary "
+                             f"(size {vocab_size}, ids 0..{vocab_size - 1}); encode text with "
+                             "the model's own tokenizer (loaded.encode).")
+    return tensor

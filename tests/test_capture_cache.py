@@ -1,0 +1,131 @@
+"""The shared capture cache: same tensors as a fresh forward pass, one pass per window per build,
+keyed by everything the captures depend on, damaged entries recomputed, dropped with the book's
+execution cache."""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+
+import pytest
+import torch
+
+from normlimits import capture_cache as cc
+from normlimits import execution_cache
+from normlimits.capture import cached_captures, iter_captures
+from normlimits.corpus import Corpus, token_windows
+
+TEXT = "Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. " * 8
+
+
+def _corpus(text: str = TEXT) -> Corpus:
+    return Corpus(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), source="test")
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "captures"
+    monkeypatch.setenv(cc.CAPTURE_CACHE_ENV, str(folder))
+    return folder
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """Counts the forward passes the cache runs."""
+    count = []
+    original = cc.capture_window
+    monkeypatch.setattr(cc, "capture_window", lambda loaded, ids: count.append(1) or original(loaded, ids))
+    return count
+
+
+def _same(a, b) -> bool:
+    return all(torch.equal(getattr(a, f), getattr(b, f)) for f in cc.FIELDS)
+
+
+def test_cached_captures_equal_fresh_ones_and_run_each_pass_once(tiny_loaded, cache_dir, passes):
+    corpus = _corpus()
+    first = list(cached_captures(tiny_loaded, corpus, 32, 3))
+    assert len(passes) == 3
+    again = list(cached_captures(tiny_loaded, corpus, 32, 3))
+    assert len(passes) == 3, "the second chapter of a build runs no forward pass"
+    fresh = list(iter_captures(tiny_loaded, token_windows(tiny_loaded, corpus, 32, 3)))
+    assert all(_same(a, b) and _same(a, c) for a, b, c in zip(first, again, fresh))
+    assert len(list(cache_dir.glob("*/window-*.safetensors"))) == 3
+    assert again[0].queries.dtype == torch.float32, "stored as computed (float32), not rounded"
+
+
+def test_the_key_follows_weights_scales_corpus_length_and_count(tiny_loaded, cache_dir):
+    corpus = _corpus()
+    base = cc.capture_key(tiny_loaded, corpus, 32, 2)
+    assert cc.capture_key(tiny_loaded, corpus, 32, 2) == base
+    assert cc.capture_key(tiny_loaded, corpus, 16, 2) != base
+    assert cc.capture_key(tiny_loaded, corpus, 32, 3) != base
+    assert cc.capture_key(tiny_loaded, _corpus(TEXT + "!"), 32, 2) != base
+    with torch.no_grad():
+        tiny_loaded.model.transformer.h[1].mlp.c_fc.weight[0, 0] += 1e-3
+    assert cc.capture_key(tiny_loaded, corpus, 32, 2)["model_sha256"] != base["model_sha256"]
+    tiny_loaded.model.transformer.h[0].attn.scaling *= 0.5          # temperature, not weights
+    assert cc.capture_key(tiny_loaded, corpus, 32, 2)["scales"] != base["scales"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "other window"])
+def test_a_damaged_entry_is_recomputed_with_a_warning(tiny_loaded, cache_dir, passes, damage):
+    corpus = _corpus()
+    first = list(cached_captures(tiny_loaded, corpus, 32, 2))
+    [entry] = list(cache_dir.iterdir())
+    target = entry / "window-0000.safetensors"
+    data = target.read_bytes()
+    other = (entry / "window-0001.safetensors").read_bytes()
+    target.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"\x07" * 999, "empty": b"",
+                        "other window": other}[damage])
+    with pytest.warns(UserWarning, match="window-0000.safetensors"):
+        again = list(cached_captures(tiny_loaded, corpus, 32, 2))
+    assert len(passes) == 3 and all(_same(a, b) for a, b in zip(first, again))
+    assert target.read_bytes() == data, "the damaged file is replaced"
+
+
+def test_an_unwritable_cache_still_gives_correct_captures(tiny_loaded, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(cc.CAPTURE_CACHE_ENV, str(blocker / "captures"))
+    corpus = _corpus()
+    with pytest.warns(UserWarning, match="without caching"):
+        got = list(cached_captures(tiny_loaded, corpus, 32, 2))
+    fresh = list(iter_captures(tiny_loaded, token_windows(tiny_loaded, corpus, 32, 2)))
+    assert all(_same(a, b) for a, b in zip(got, fresh))
+
+
+def test_off_caches_nothing(tiny_loaded, tmp_path, monkeypatch, passes):
+    monkeypatch.setenv(cc.CAPTURE_CACHE_ENV, "off")
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(cached_captures(tiny_loaded, _corpus(), 32, 2))
+        list(cached_captures(tiny_loaded, _corpus(), 32, 2))
+    assert len(passes) == 4 and not list(tmp_path.rglob("*.safetensors"))
+
+
+def test_default_location_is_the_books_build_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv(cc.CAPTURE_CACHE_ENV, raising=False)
+    (tmp_path / "_config.yml").write_text("title: t\n")
+    (tmp_path / "_toc.yml").write_text("root: intro\n")
+    (tmp_path / "book").mkdir()
+    monkeypatch.chdir(tmp_path / "book")                 # chapters execute in book/
+    assert cc.capture_cache_dir() == tmp_path / "_build" / "captures"
+    monkeypatch.chdir(tmp_path.parent)
+    assert cc.capture_cache_dir() is None
+
+
+def test_dropped_together_with_the_execution_cache(tmp_path):
+    """``make book``'s first step drops _build/captures whenever the chapters' inputs change;
+    the cache's own location setting is not such an input."""
+    assert cc.BUILD_SUBDIR in execution_cache.DERIVED
+    build = tmp_path / "_build"
+    execution_cache.refresh(build, {"settings": {"NORMLIMITS_MODEL": "standin"}})
+    (build / cc.BUILD_SUBDIR / "abc").mkdir(parents=True)
+    assert execution_cache.refresh(build, {"settings": {"NORMLIMITS_MODEL": "standin"}}) is None
+    assert (build / cc.BUILD_SUBDIR / "abc").is_dir(), "kept while nothing changed"
+    reason = execution_cache.refresh(build, {"settings": {"NORMLIMITS_MODEL": "gpt2-random"}})
+    assert reason and not (build / cc.BUILD_SUBDIR).exists()
+    env = {"NORMLIMITS_MODEL": "standin", cc.CAPTURE_CACHE_ENV: "/elsewhere"}
+    assert execution_cache.inputs(env)["settings"] == {"NORMLIMITS_MODEL": "standin"}

@@ -1,0 +1,99 @@
+"""normlimits.figure2: the distances chapter's numbers, against direct computations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from normlimits import distances as D
+from normlimits import figure2 as F2
+from normlimits import token_means as TM
+from normlimits.fits import loglog_fit
+from normlimits.readings import FORMS
+
+from test_readings import FakeCapture
+
+
+def test_synthetic_checks_count_and_tabulate():
+    syn = F2.synthetic_checks(trials=6, samples=60, lengths=(8, 16), scales=(0.5,))
+    assert len(syn.table) == 3 + 4           # N in {1, 4, L/4, L - 1}: {1, 2, 4, 7} and {1, 4, 15}
+    assert set(syn.table["L"]) == {8, 16} and set(syn.table["E"]) == {"exact", "Monte Carlo"}
+    assert syn.rows == syn.checks == 6 * len(syn.table)
+    assert syn.bound_violations == syn.outside == syn.corrected_violations == 0
+
+
+def test_count_outside_uses_the_slack():
+    assert F2._count_outside(torch.tensor([1.0, 2.0, 3.0]), 1.5, 2.5) == 2
+    assert F2._count_outside(torch.tensor([1.0, 2.0, 3.0]), 1.5, 2.5, slack=0.6) == 0
+
+
+def test_flat_gaussian_case_is_near_sqrt_n_plus_one():
+    fg = F2.flat_gaussian_case(L=256, d=16, n=3, samples=64)
+    assert fg.limit == pytest.approx((256 - 3) / 256 * 2.0)
+    assert abs(fg.ratio - fg.limit) < 0.1 * fg.limit
+    assert fg.main_ratio < 1.1 and fg.allowance < 0.3
+
+
+LENGTHS = [64, 96, 128]
+
+
+@pytest.fixture(scope="module")
+def small_study():
+    caps = [FakeCapture(seed=s, L=128, heads=3) for s in range(2)]
+    grid = [1, 2, 5, 8, 16, 20, 24, 32, 64, 100, 112]
+    study = TM.position_study(iter(caps), LENGTHS, grid, forms=FORMS, samples=4,
+                              expectations={"scaled": ("main", "rms", "upper")}, per_octave=8)
+    sweep_b = D.sweep_top_n(caps, [1, 20, 100], 128)
+    return caps, study, sweep_b
+
+
+def test_figure2_numbers_match_direct_computations(small_study):
+    caps, study, sweep_b = small_study
+    got = F2.figure2_numbers(study, sweep_b, n=5)
+    grid = study.n_grid.tolist()
+    j = grid.index(5)
+    true = study.per_head("scaled", "true", 128)[:, j].numpy()
+    mc = study.per_head("scaled", "mc", 128)[:, j].numpy()
+    main = study.per_head("scaled", "main", 128)[:, j].numpy()
+    assert got["ratio"] == pytest.approx(float(np.median(true / mc)))
+    assert got["gap"] == pytest.approx(float(np.median((mc - main) / main)))
+    curve = [np.median(study.per_head("scaled", "true", L)[:, j].numpy()) for L in LENGTHS]
+    assert got["exp_true"] == pytest.approx(float(loglog_fit(LENGTHS, curve).exponent))
+    t = study.per_head("scaled", "true", 128).numpy()
+    assert got["near_L_n"] == 112
+    assert got["near_L"] == pytest.approx(float(np.median(t[:, grid.index(112)] / t.max(1))))
+    assert got["retained"] == pytest.approx(float(np.median(t[:, grid.index(32)] / t[:, j])))
+    med20, med100 = np.median(t[:, grid.index(20)]), np.median(t[:, grid.index(100)])
+    assert got["elasticity"] == pytest.approx(math.log(med100 / med20) / math.log(5))
+    ratio_b = (sweep_b.bound_linear / sweep_b.true).reshape(-1, 3).numpy()
+    assert got["tightens"] == pytest.approx(float(np.median(ratio_b[:, 2] / ratio_b[:, 1])))
+    assert got["outside"] == 0 and got["corrected_violations"] == 0
+    assert got["collapse_lengths"] == 3          # L/4 = 16, 24 and 32 are all in the grid
+def test_subsample_error_is_zero_for_the_same_study_and_positive_otherwise(small_study):
+    caps, study, _ = small_study
+    assert F2.subsample_error(study, study) == {"true": (0.0, 0.0), "main": (0.0, 0.0)}
+    every = TM.position_study(iter(caps), LENGTHS, [5, 20], samples=0, expectations=("main",))
+    sampled = TM.position_study(iter(caps), LENGTHS, [5, 20], samples=0, expectations=("main",),
+                                per_octave=4)
+    err = F2.subsample_error(every, sampled)
+    assert 0 < err["true"][0] <= err["true"][1] < 1
+
+
+def test_figures_draw(small_study):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from normlimits import critical_n as C
+
+    caps, study, sweep_b = small_study
+    sweep_a = D.sweep_length(caps, LENGTHS, 5)
+    assert F2.plot_fig2a(study, sweep_a).axes
+    assert F2.plot_fig2b(study, critical=8).axes
+    searches = {"paper": C.critical_n(study), "last row": C.critical_n(study, aggregate="last_row",
+                                                                      expectation="main")}
+    assert len(F2.plot_fig2c(searches).axes) == 2
+    frame = C.critical_frame(searches)
+    assert list(frame.index) == LENGTHS and frame.shape[1] == 4

@@ -1,0 +1,204 @@
+"""normlimits.readings against loops over tokens and enumeration of every subset."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from normlimits import distances as D
+from normlimits import readings as R
+from normlimits import token_means as TM
+
+DT = torch.float64
+
+
+def ref_form(form: str, alpha: np.ndarray, x: np.ndarray, subset) -> float:
+    """d~(I) of one reading, by a loop over the keys."""
+    y = alpha[:, None] * x
+    s = y[list(subset)].sum(0) if len(subset) else np.zeros(x.shape[1])
+    out = [i for i in range(len(alpha)) if i not in subset]
+    if form == "scaled":
+        return float(sum(np.linalg.norm(y[i] - s) for i in out))
+    if form == "raw":
+        return float(sum(np.linalg.norm(x[i] - s) for i in out))
+    if form == "weighted":
+        return float(sum(alpha[i] * np.linalg.norm(x[i] - s) for i in out))
+    return float(np.linalg.norm(y[out].sum(0) - s))
+
+
+def top_set(alpha: np.ndarray, n: int):
+    order = sorted(range(len(alpha)), key=lambda i: (-alpha[i], i))
+    return set(order[:min(n, len(alpha))])
+
+
+def ref_expectations(form: str, alpha: np.ndarray, x: np.ndarray, n: int) -> dict:
+    """Exact E by enumeration, and the main/rms closed forms by loops (module docstring)."""
+    L = len(alpha)
+    ne = min(n, L)
+    exact = float(np.mean([ref_form(form, alpha, x, set(sub))
+                           for sub in itertools.combinations(range(L), ne)]))
+    y = alpha[:, None] * x
+    T = y.sum(0)
+    if form == "norm_of_sum":
+        shrink = 1 - 2 * ne / L
+        sigma2 = float(np.mean(np.sum((y - y.mean(0)) ** 2, 1)))
+        var = 4 * ne * (L - ne) / (L - 1) * sigma2 if L > 1 else 0.0
+        return dict(exact=exact, main=abs(shrink) * np.linalg.norm(T),
+                    rms=math.sqrt(shrink ** 2 * T @ T + var))
+    c = ne / (L - 1) if L > 1 else 0.0
+    main = rms = 0.0
+    for i in range(L):
+        b = alpha[i] if form == "scaled" else 1.0
+        g = alpha[i] if form == "weighted" else 1.0
+        others = [j for j in range(L) if j != i]
+        mean = b * x[i] - c * (T - y[i])
+        var = 0.0
+        if L > 2 and L - 1 - ne > 0:
+            yo = y[others]
+            sigma2 = float(np.mean(np.sum((yo - yo.mean(0)) ** 2, 1)))
+            var = ne * (L - 1 - ne) / (L - 2) * sigma2
+        main += (L - ne) / L * g * np.linalg.norm(mean)
+        rms += (L - ne) / L * g * math.sqrt(mean @ mean + var)
+    return dict(exact=exact, main=main, rms=rms)
+
+
+def causal(lead, lengths, L, d, seed=0, scale=2.0):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(*lead, len(lengths), L, generator=g, dtype=DT) * scale
+    vis = torch.arange(L)[None, :] < torch.tensor(lengths)[:, None]
+    w = torch.softmax(logits.masked_fill(~vis, float("-inf")), -1)
+    return w, torch.randn(*lead, L, d, generator=g, dtype=DT)
+
+
+@pytest.mark.parametrize("chunk", [R.DEFAULT_CHUNK_ELEMENTS, 40])
+def test_true_main_rms_match_loops_for_every_form(chunk):
+    lengths, L, grid = [3, 6, 8, 5], 8, [1, 2, 4, 7, 9]
+    w, x = causal((2,), lengths, L, 3, seed=1)
+    got = R.row_statistics(w, x, grid, lengths=lengths, forms=R.FORMS, samples=0,
+                           chunk_elements=chunk)
+    for form in R.FORMS:
+        for b, (r, Lr), (j, n) in itertools.product(range(2), enumerate(lengths), enumerate(grid)):
+            alpha, xs = w[b, r, :Lr].numpy(), x[b, :Lr].numpy()
+            ref = ref_expectations(form, alpha, xs, n)
+            true = ref_form(form, alpha, xs, top_set(alpha, n))
+            assert float(got[form]["true"][b, r, j]) == pytest.approx(true, rel=1e-9, abs=1e-12)
+            assert float(got[form]["main"][b, r, j]) == pytest.approx(ref["main"], rel=1e-9, abs=1e-12)
+            assert float(got[form]["rms"][b, r, j]) == pytest.approx(ref["rms"], rel=1e-9, abs=1e-12)
+
+
+def test_scaled_form_agrees_with_distance_profile():
+    w, x = causal((3,), [9, 12], 12, 4, seed=2)
+    got = R.row_statistics(w, x, [1, 3, 5], lengths=[9, 12], samples=0)["scaled"]
+    prof = D.distance_profile(w, x, [1, 3, 5], lengths=[9, 12], bounds=False)
+    torch.testing.assert_close(got["true"], prof.true)
+    torch.testing.assert_close(got["main"], prof.expected_main)
+    torch.testing.assert_close(got["rms"], prof.expected_rms)
+
+
+@settings(max_examples=60, deadline=None)
+@given(L=st.integers(2, 7), d=st.integers(1, 3), seed=st.integers(0, 2 ** 31 - 1),
+       scale=st.sampled_from([0.01, 1.0, 6.0]))
+def test_exact_expectation_lies_between_main_and_rms(L, d, seed, scale):
+    """Jensen (main <= E) and the exact second moment (E <= rms), for every reading."""
+    g = torch.Generator().manual_seed(seed)
+    alpha = torch.softmax(torch.randn(L, generator=g, dtype=DT) * scale, -1).numpy()
+    x = torch.randn(L, d, generator=g, dtype=DT).numpy()
+    for form in R.FORMS:
+        for n in range(1, L + 1):
+            ref = ref_expectations(form, alpha, x, n)
+            tol = 1e-9 * (1 + ref["exact"])
+            assert ref["main"] <= ref["exact"] + tol, (form, n)
+            assert ref["exact"] <= ref["rms"] + tol, (form, n)
+
+
+@pytest.mark.parametrize("mc_keys", [None, 3])
+def test_monte_carlo_matches_enumeration(mc_keys):
+    lengths, L = [5, 7], 7
+    w, x = causal((2,), lengths, L, 2, seed=3)
+    gen = torch.Generator().manual_seed(0)
+    got = R.row_statistics(w, x, [2, 3], lengths=lengths, forms=R.FORMS, samples=3000,
+                           mc_keys=mc_keys, generator=gen)
+    for form in R.FORMS:
+        for b, (r, Lr), (j, n) in itertools.product(range(2), enumerate(lengths), enumerate([2, 3])):
+            exact = ref_expectations(form, w[b, r, :Lr].numpy(), x[b, :Lr].numpy(), n)["exact"]
+            se = math.sqrt(float(got[form]["mc_var"][b, r, j]))
+            assert abs(float(got[form]["mc"][b, r, j]) - exact) < 5 * se + 1e-12, (form, Lr, n)
+
+
+def test_rows_shorter_than_n_select_every_key():
+    """N >= L: 0 for the family, ||T|| for the norm of the sum, in every statistic."""
+    w, x = causal((), [2, 4], 4, 3, seed=4)
+    got = R.row_statistics(w, x, [2, 4, 6], lengths=[2, 4], forms=R.FORMS, samples=2)
+    T = (w @ x).norm(dim=-1)                                                 # [R]
+    for form in R.FAMILY:
+        for stat in ("true", "mc", "main", "rms"):
+            assert float(got[form][stat][0, 0:].abs().max()) == 0.0
+            assert float(got[form][stat][1, 1:].abs().max()) == 0.0
+    for stat in ("true", "mc", "main", "rms"):
+        torch.testing.assert_close(got["norm_of_sum"][stat][0], T[0].expand(3))
+        torch.testing.assert_close(got["norm_of_sum"][stat][1, 1:], T[1].expand(2))
+
+
+def test_errors_name_the_argument():
+    w, x = causal((), [3], 3, 2)
+    with pytest.raises(ValueError, match="forms"):
+        R.row_statistics(w, x, [1], forms=["nope"])
+    with pytest.raises(ValueError, match=">= 1"):
+        R.row_statistics(w, x, [0])
+    with pytest.raises(ValueError, match="lengths"):
+        R.row_statistics(w, x, [1], lengths=[4])
+    with pytest.raises(ValueError, match="exactly 0"):
+        R.row_statistics(w, x, [1], lengths=[2])
+    with pytest.raises(ValueError, match="samples"):
+        R.row_statistics(w, x, [1], samples=-1)
+    with pytest.raises(ValueError, match="vectors"):
+        TM.window_vectors(object(), "keys")
+
+
+class FakeCapture:
+    """Causal softmax attention from random q, k, v: [layers, heads, L, d]; hidden [layers, L, D]."""
+
+    def __init__(self, layers=2, heads=2, L=24, d=3, D=5, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.queries = torch.randn(layers, heads, L, d, generator=g, dtype=DT)
+        self.keys = torch.randn(layers, heads, L, d, generator=g, dtype=DT)
+        self.values = torch.randn(layers, heads, L, d, generator=g, dtype=DT)
+        self.hidden = torch.randn(layers, L, D, generator=g, dtype=DT)
+
+    def weights(self, rows=None, temperature=1.0):
+        L = self.values.shape[-2]
+        rows = torch.arange(L) if rows is None else torch.as_tensor(rows)
+        logits = self.queries[..., rows, :] @ self.keys.transpose(-1, -2)
+        mask = torch.arange(L)[None, :] > rows[:, None]
+        return torch.softmax(logits.masked_fill(mask, float("-inf")) / temperature, -1)
+
+
+def test_ties_at_the_top_n_boundary_follow_the_book_rule():
+    """Flat rows tie every key: the top-N set must be the N earliest keys (normlimits.selection),
+    in readings and in distances alike; a row with a tie only at the boundary too."""
+    L, d = 9, 3
+    x = torch.randn(L, d, generator=torch.Generator().manual_seed(7), dtype=DT)
+    flat = torch.full((L,), 1.0 / L, dtype=DT)
+    boundary = torch.tensor([0.3, 0.1, 0.2, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05], dtype=DT)
+    for alpha in (flat, boundary):
+        w = alpha[None]
+        got = R.row_statistics(w, x, [1, 2, 3, 4], samples=0, forms=R.FORMS, expectations=())
+        prof = D.distance_profile(w, x, [1, 2, 3, 4], bounds=False, expectation=False)
+        for j, n in enumerate([1, 2, 3, 4]):
+            first = set(sorted(range(L), key=lambda i: (-float(alpha[i]), i))[:n])
+            for form in R.FORMS:
+                ref = ref_form(form, alpha.numpy(), x.numpy(), first)
+                assert float(got[form]["true"][0, j]) == pytest.approx(ref, rel=1e-12), (form, n)
+            assert float(prof.true[0, j]) == pytest.approx(ref_form("scaled", alpha.numpy(),
+                                                                    x.numpy(), first), rel=1e-12)
+    # the boundary row at N = 3 keeps key 1 (weight 0.1, earliest of the three tied 0.1s)
+    s = (boundary[[0, 2, 1], None] * x[[0, 2, 1]]).sum(0)
+    out = [i for i in range(L) if i not in (0, 1, 2)]
+    ref = sum(float((boundary[i] * x[i] - s).norm()) for i in out)
+    got = R.row_statistics(boundary[None], x, [3], samples=0, expectations=())["scaled"]["true"]
+    assert float(got[0, 0]) == pytest.approx(ref, rel=1e-12)

@@ -1,0 +1,165 @@
+"""Tests of normlimits.removal: attention with all but the top-N tokens removed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from normlimits import removal as R
+from normlimits.capture import capture_window
+
+
+def test_keep_top_n_keeps_exactly_n_with_ties_to_the_lower_index():
+    w = torch.tensor([[[0.1, 0.4, 0.1, 0.1, 0.3]]])
+    assert R.keep_top_n(w, 1).tolist() == [[[False, True, False, False, False]]]
+    assert R.keep_top_n(w, 3).tolist() == [[[True, True, False, False, True]]]    # tie -> key 0
+    assert R.keep_top_n(w, 5).all() and R.keep_top_n(w, 9).all()
+    batch = torch.rand(3, 2, 4, 7, generator=torch.Generator().manual_seed(0))
+    kept = R.keep_top_n(batch, torch.tensor([1, 3, 7]))
+    assert kept.sum(-1).tolist() == [[[1] * 4] * 2, [[3] * 4] * 2, [[7] * 4] * 2]
+    top3 = torch.topk(batch[1], 3).indices
+    assert bool(kept[1].gather(-1, top3).all())
+    with pytest.raises(ValueError, match="N must be >= 1"):
+        R.keep_top_n(batch, 0)
+    with pytest.raises(ValueError, match="one N per batch"):
+        R.keep_top_n(batch, torch.tensor([1, 2]))
+
+
+def _ids(tiny_loaded, length=48, rows=3):
+    gen = torch.Generator().manual_seed(1)
+    return torch.randint(0, 250, (rows, length), generator=gen)
+
+
+def test_full_n_is_the_unmodified_model_and_the_mode_is_restored(tiny_loaded):
+    model = tiny_loaded.model
+    ids = _ids(tiny_loaded)
+    base = R.removal_nll(model, ids, 16)
+    for renorm in (False, True):
+        same = R.removal_nll(model, ids, 16, torch.full((3,), ids.shape[1]), renorm)
+        assert torch.allclose(same, base, atol=1e-6)
+    assert model.config._attn_implementation == "eager"
+    with torch.no_grad():                                  # the direct reference
+        logp = torch.log_softmax(model(ids).logits.double(), -1)
+    ref = -logp[:, -17:-1].gather(-1, ids[:, -16:, None]).squeeze(-1)
+    assert torch.allclose(base, ref, atol=1e-12)
+
+
+def test_top_n_attention_is_causal_and_renormalising_matters(tiny_loaded):
+    model = tiny_loaded.model
+    ids = _ids(tiny_loaded)
+    n = torch.tensor([1, 2, 4])
+    cut = R.removal_nll(model, ids, 16, n, False)
+    changed = ids.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 250                # the last token only
+    again = R.removal_nll(model, changed, 16, n, False)
+    assert torch.allclose(cut[:, :-1], again[:, :-1], atol=1e-10)   # earlier targets unchanged
+    renorm = R.removal_nll(model, ids, 16, n, True)
+    assert not torch.allclose(cut, renorm)
+    base = R.removal_nll(model, ids, 16)
+    assert (cut - base).abs().mean() > 1e-4                    # removing tokens changes the loss
+
+
+def test_top_n_attention_matches_a_direct_computation(tiny_loaded):
+    """One layer's attention with top-N kept equals the same computed from a capture by hand."""
+    model = tiny_loaded.model
+    ids = _ids(tiny_loaded, rows=1)[0]
+    seen = {}
+
+    def hook(module, args, kwargs, out):
+        seen.setdefault("out", out[0].detach())
+
+    handle = model.transformer.h[0].attn.register_forward_hook(hook, with_kwargs=True)
+    try:
+        with R.top_n_attention(model, 3, renormalise=True), torch.no_grad():
+            model(ids[None])
+    finally:
+        handle.remove()
+    cap = capture_window(tiny_loaded, ids)
+    w = cap.weights()[0]                                       # layer 0 [H, L, L]
+    keep = R.keep_top_n(w[None], 3)[0]
+    kept = torch.where(keep, w, torch.zeros_like(w))
+    kept = kept / kept.sum(-1, keepdim=True)
+    ctx = (kept @ cap.values[0]).permute(1, 0, 2).reshape(len(ids), -1)
+    attn = model.transformer.h[0].attn
+    expected = attn.c_proj(ctx)
+    assert torch.allclose(seen["out"][0], expected, atol=1e-5)
+
+
+def test_n_grid_and_effective_set_size():
+    assert R.n_grid_for(16) == [1, 2, 4, 8, 16]
+    assert R.n_grid_for(10, extra=[5, 99]) == [1, 2, 4, 5, 8, 10]
+    with pytest.raises(ValueError):
+        R.n_grid_for(1)
+    assert R.effective_set_size([1, 2, 4, 8], [0.5, 0.2, 0.04, 0.0], 0.05) == 4
+    assert R.effective_set_size([1, 2, 4, 8], [0.5, -0.1, 0.04, 0.0], 0.05) == 2
+    with pytest.raises(ValueError, match="full context"):
+        R.effective_set_size([1, 2], [0.5, 0.2], 0.05)
+    with pytest.raises(ValueError, match="tau"):
+        R.effective_set_size([1], [0.0], -1.0)
+
+
+def test_output_change_is_zero_at_full_n_and_falls_with_n(tiny_loaded):
+    ids = _ids(tiny_loaded, rows=1)[0]
+    cap = capture_window(tiny_loaded, ids)
+    w_out = [b.attn.c_proj.weight.detach() for b in tiny_loaded.model.transformer.h]
+    rows = torch.arange(40, 48)
+    for renorm in (False, True):
+        change = R.output_change(cap, w_out, rows, [1, 4, 16, 48], renorm)
+        assert change.shape == (2, 4)
+        assert torch.allclose(change[:, -1], torch.zeros(2, dtype=torch.float64), atol=1e-12)
+        assert bool((change[:, 0] > change[:, -1]).all())
+
+
+def test_removal_sweep_on_a_tiny_model(tiny_loaded):
+    windows = _ids(tiny_loaded, length=64, rows=2)
+    caps = [capture_window(tiny_loaded, w) for w in windows]
+    res = R.removal_sweep(tiny_loaded, windows, [32, 64], targets=8, batch=5,
+                          extra_sizes=lambda L: [5], captures=caps)
+    assert res.lengths == [32, 64] and res.windows == 2
+    for L in res.lengths:
+        assert res.grids[L][-1] == L and 5 in res.grids[L]
+        for mode in ("delete", "renormalise"):
+            inc = res.increase[mode][L]
+            assert len(inc) == len(res.grids[L]) and abs(inc[-1]) < 1e-6
+            assert len(res.output_change[mode][L]) == len(res.grids[L])
+    n_star = res.n_star(0.05)
+    assert all(1 <= n <= L for n, L in zip(n_star, res.lengths))
+    assert res.fraction(0.05) == [n / L for n, L in zip(n_star, res.lengths)]
+    assert len(res.increase_at(lambda L: 5)) == 2
+    with pytest.raises(ValueError, match="targets"):
+        R.removal_sweep(tiny_loaded, windows, [8, 64], targets=8)
+    with pytest.raises(ValueError, match="need windows"):
+        R.removal_sweep(tiny_loaded, windows, [128], targets=8)
+
+
+def test_claim_values_from_a_known_result():
+    import math
+
+    lengths = [128, 256, 512, 1024]
+    grids = {L: R.n_grid_for(L, [math.isqrt(L - 1) + 1]) for L in lengths}
+
+    def increase(L, n_needed):       # a loss curve that drops below 0.05 exactly at n_needed
+        return [0.5 if n < n_needed else 0.01 for n in grids[L][:-1]] + [0.0]
+
+    res = R.RemovalResult(lengths=lengths, grids=grids,
+                          increase={"delete": {L: increase(L, 2 * int(L ** 0.5)) for L in lengths},
+                                    "renormalise": {L: increase(L, int(L ** 0.5) // 2) for L in lengths}},
+                          increase_se={}, output_change={}, full_nll={}, targets=8, windows=1)
+    assert res.n_star(0.05) == [32, 32, 64, 64]
+    values = R.claim_values(res, {128: 12, 256: 32, 512: None, 1024: 256}, 0.05,
+                            lambda L: math.isqrt(L - 1) + 1, "a test")
+    size, _, _ = values["ALT-REM-size"]
+    assert 0.3 < size["grows"] < 0.6 and size["grows"] == size["sublinear"]
+    renorm, _, _ = values["ALT-REM-renorm"]
+    n_ren = res.n_star(0.05, "renormalise")
+    assert n_ren == [8, 8, 16, 16]
+    assert renorm["halves"] == pytest.approx(0.25)
+    predict, text, why = values["ALT-REM-predict"]
+    assert predict["log_ratio"] == pytest.approx(float(np.median([math.log2(32 / 12), 0.0, 2.0])))
+    assert why is None
+    assert "a test" in text
+    topk, _, _ = values["ALT-TOPK"]
+    assert topk["sqrt_loss"] == 0.01
+    none = R.claim_values(res, {L: None for L in lengths}, 0.05, lambda L: math.isqrt(L - 1) + 1, "x")
+    assert none["ALT-REM-predict"][0]["log_ratio"] is None and none["ALT-REM-predict"][2]

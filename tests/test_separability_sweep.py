@@ -1,0 +1,239 @@
+"""The sweep over a model's windows (normlimits.separability_sweep) and the statistics of its
+curves (normlimits.separability_curves)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from normlimits import separability as S
+from normlimits import separability_curves as C
+from normlimits import separability_sweep as SW
+from normlimits.capture import WindowCapture
+from normlimits.multihead import head_sharing
+
+GRID = [1, 2, 4, 8]
+
+
+def fake_capture(seed, layers=2, heads=3, length=40, dim=5, width=8):
+    gen = torch.Generator().manual_seed(seed)
+    return WindowCapture(queries=2 * torch.randn(layers, heads, length, dim, generator=gen),
+                         keys=torch.randn(layers, heads, length, dim, generator=gen),
+                         values=torch.randn(layers, heads, length, dim, generator=gen),
+                         hidden=torch.randn(layers, length, width, generator=gen),
+                         scale=torch.full((layers,), dim**-0.5))
+
+
+def direct(caps, rows=None, kind="values", temperature=1.0):
+    """Per-head mean N_s/N over windows and rows, one window and layer at a time."""
+    per_window = []
+    for cap in caps:
+        layers = []
+        for layer in range(cap.values.shape[0]):
+            w = SW.layer_weights(cap, layer, rows, temperature=temperature,
+                                 dtype=torch.float64 if temperature != 1.0 else None)
+            x = S.project_to_sphere(cap.values[layer].float()) if kind == "values" else \
+                S.project_to_sphere(cap.hidden[layer].float())[None]
+            res = S.geometric_separability(w, x, GRID, rows)
+            layers.append(torch.nanmean(res.fraction.double(), dim=-2))
+        per_window.append(torch.stack(layers))
+    return torch.stack(per_window).mean(0)
+
+
+def test_layer_weights_match_capture():
+    cap = fake_capture(20)
+    rows = torch.tensor([0, 7, 39])
+    for layer in range(2):
+        assert torch.allclose(SW.layer_weights(cap, layer, rows), cap.weights(rows)[layer], atol=1e-6)
+        assert torch.allclose(SW.layer_weights(cap, layer), cap.weights()[layer], atol=1e-6)
+        w64 = SW.layer_weights(cap, layer, rows, dtype=torch.float64)
+        assert w64.dtype == torch.float64 and torch.allclose(w64.float(), cap.weights(rows)[layer], atol=1e-6)
+
+
+def test_sweep_matches_direct_computation():
+    caps = [fake_capture(21), fake_capture(22)]
+    spaced = [5, 12, 20, 39]
+    sw = SW.separability_sweep(caps, GRID, kinds=SW.VECTOR_KINDS, kind_rows={"hidden": [9, 30, 39]},
+                               subsets={"spaced": spaced, "last": [39]})
+    assert sw.windows == 2 and sw.kinds == SW.VECTOR_KINDS
+    assert torch.allclose(sw.fraction["values"], direct(caps))
+    assert torch.allclose(sw.fraction["hidden"], direct(caps, torch.tensor([9, 30, 39]), kind="hidden"))
+    assert torch.allclose(sw.subsets["spaced"]["fraction"], direct(caps, torch.tensor(spaced)))
+    assert torch.allclose(sw.subsets["last"]["fraction"], direct(caps, torch.tensor([39])))
+    assert sw.rows["hidden"].tolist() == [9, 30, 39] and sw.rows["values"].numel() == 40
+    for kind in ("values", "hidden", "uniform"):
+        assert sw.sure_violations[kind] == 0 and sw.rows_checked[kind] > 0
+        assert sw.lower[kind].shape == (2, 3, 4) and sw.delta[kind].shape == (2, 2, 3)
+        assert torch.all(sw.lower_markov[kind] <= sw.lower[kind] + 1e-12)
+        assert torch.all(sw.upper[kind] <= sw.upper_exponential[kind] + 1e-12)
+        assert torch.all(sw.alignment[kind].abs() <= 1)
+    assert "raw_values" not in sw.lower  # not on a sphere: no bounds
+    assert sw.stderr["values"].shape == (2, 3, 4) and torch.all(sw.stderr["values"][..., 1:] > 0)
+    assert sw.metric_seconds > 0 and sw.forward_seconds >= 0 and "ns_values" in sw.seconds
+
+
+def test_sweep_delta_is_each_heads_minimum_distance():
+    cap = fake_capture(23)
+    sw = SW.separability_sweep([cap], GRID)
+    for layer in range(2):
+        x = S.project_to_sphere(cap.values[layer].float())
+        assert torch.equal(sw.delta["values"][0, layer], S.min_pairwise_distance_reference(x))
+
+
+def test_detail_rows_bounds_multihead_entropy():
+    caps = [fake_capture(24), fake_capture(25)]
+    detail = [10, 20, 30, 39]
+    sw = SW.separability_sweep(caps, GRID, subsets={"spaced": detail}, detail_rows=detail,
+                               head_sets=(2, None), entropy=True)
+    assert sw.head_sets == (2, 3)
+    # bounds on the detail rows only: the subset's upper bound is the upper bound itself
+    assert torch.allclose(sw.subsets["spaced"]["upper"], sw.upper["values"], equal_nan=True)
+    # multi-head means against head_sharing on the same rows, one window at a time
+    rows = torch.tensor(detail)
+    own = []
+    for cap in caps:
+        per_layer = []
+        for layer in range(2):
+            res = S.geometric_separability(SW.layer_weights(cap, layer, rows),
+                                           S.project_to_sphere(cap.values[layer].float()), GRID, rows,
+                                           keep_selection=True)
+            share = head_sharing(res, (2, None))
+            per_layer.append(torch.nanmean(share.coverage[2], dim=1))
+        own.append(torch.stack(per_layer))
+    assert torch.allclose(sw.sharing["coverage_2"], torch.stack(own).mean(0), atol=1e-12)
+    assert sw.rank_hits.shape == (2, 3, 4, 8) and sw.rank_rows.tolist() == [8.0, 8.0, 8.0, 8.0]
+    # entropy: the mean over the detail rows of H(row) / log(t + 1)
+    ent = []
+    for cap in caps:
+        w = torch.stack([SW.layer_weights(cap, layer, rows) for layer in range(2)]).double()
+        h = -(w * w.clamp_min(1e-300).log()).sum(-1) / torch.log(rows.double() + 1)
+        ent.append(h.mean(-1))
+    assert torch.allclose(sw.entropy, torch.stack(ent).mean(0), atol=1e-6)
+    assert torch.all((sw.entropy > 0) & (sw.entropy <= 1 + 1e-9))
+
+
+def test_temperatures():
+    caps = [fake_capture(26)]
+    rows = [12, 25, 39]
+    sw = SW.separability_sweep(caps, GRID, temperatures=(0.5, 1.0), temperature_rows=rows)
+    assert torch.allclose(sw.temperature[0.5], direct(caps, torch.tensor(rows), temperature=0.5))
+    assert torch.allclose(sw.temperature[1.0], direct(caps, torch.tensor(rows)), atol=1e-12)
+    assert sw.underflow[0.5] == 0.0
+    cold = SW.separability_sweep(caps, GRID, temperatures=(1e-4,), temperature_rows=rows)
+    assert cold.underflow[1e-4] > 0.5  # at T = 1e-4 the 8th weight underflows in float64
+
+
+def test_sweep_errors():
+    cap = fake_capture(27)
+    with pytest.raises(ValueError, match="unknown vector kind"):
+        SW.separability_sweep([cap], [1, 2], kinds=("keys",))
+    with pytest.raises(ValueError, match="'values'"):
+        SW.separability_sweep([cap], [1, 2], kinds=("hidden",), head_sets=(2,))
+    with pytest.raises(ValueError, match="no captures"):
+        SW.separability_sweep([], [1, 2])
+    with pytest.raises(ValueError, match="1..L-1"):
+        SW.separability_sweep([cap], [1, 40])
+    with pytest.raises(ValueError, match="kind_rows"):
+        SW.separability_sweep([cap], [1, 2], kind_rows={"hidden": [3]})
+    with pytest.raises(ValueError, match="subset"):
+        SW.separability_sweep([cap], [1, 2], rows=[5, 9], subsets={"x": [7]})
+    with pytest.raises(ValueError, match="temperatures"):
+        SW.separability_sweep([cap], [1, 2], temperatures=(0.0,))
+    with pytest.raises(ValueError, match="positions"):
+        SW.separability_sweep([cap], [1, 2], rows=[40])
+
+
+# ----------------------------------------------------------------------- curves
+def test_plateau_recovers_a_hinge():
+    grid = [1, 2, 4, 8, 16, 32, 64, 128]
+    x = torch.log2(torch.tensor(grid, dtype=torch.float64))
+    curve = 0.8 - 0.06 * (x - 4).clamp(max=0) + 0.0 * (x - 4).clamp(min=0)
+    curve[0] = 1.0
+    fit = C.plateau(grid, curve)
+    assert fit.n_stop == 16 and fit.saturated and fit.rms < 1e-9
+    assert math.isclose(fit.slope_before, -0.06, abs_tol=1e-9) and math.isclose(fit.value, 0.8)
+    falling = 1.0 - 0.05 * x
+    assert not C.plateau(grid, falling).saturated
+    with pytest.raises(ValueError, match="same length"):
+        C.plateau(grid, curve[:-1])
+    with pytest.raises(ValueError, match="at least 4"):
+        C.plateau([1, 2, 4], [1.0, 0.9, 0.8])
+    with pytest.raises(ValueError, match="NaN"):
+        C.plateau(grid, torch.cat([curve[:-1], torch.tensor([float("nan")])]))
+
+
+def test_head_plateaus_and_monitor():
+    grid = np.array([1, 2, 4, 8, 16, 32, 64, 128])
+    x = np.log2(grid)
+    levels = np.array([0.75, 0.72, 0.5, 0.9])
+    heads = np.stack([np.where(x < 4, lv + 0.05 * (4 - x), lv) for lv in levels])
+    heads[3] = 1.0 - 0.05 * x  # still falling: not saturated
+    heads[:, 0] = 1.0
+    fits = C.head_plateaus(grid, heads)
+    assert fits["saturated"].tolist() == [True, True, True, False]
+    entropy = np.array([0.3, 0.4, 0.9, 0.1])
+    mon = C.monitor_statistics(grid, heads, entropy, band=(0.70, 0.80), knee=16)
+    assert mon["saturated"] == 3 and mon["in_band_saturated"] == 2
+    assert math.isclose(mon["band_share"], 2 / 3)
+    assert mon["entropy_rank"] < 0  # more entropy, less separability
+    none = C.monitor_statistics(grid, heads[3:], entropy[3:], band=(0.7, 0.8), knee=16)
+    assert math.isnan(none["band_share"]) and math.isnan(none["entropy_rank"])
+    with pytest.raises(ValueError, match="knee"):
+        C.monitor_statistics(grid, heads, entropy, band=(0.7, 0.8), knee=12)
+
+
+def test_spearman_and_temperature_trend():
+    assert math.isclose(C.spearman([1, 2, 3, 4], [10, 20, 30, 40]), 1.0)
+    assert math.isclose(C.spearman([1, 2, 3, 4], [4, 3, 2, 1]), -1.0)
+    assert math.isnan(C.spearman([1, 2], [3, 4])) and math.isnan(C.spearman([1, 1, 1], [1, 2, 3]))
+    grid = [1, 2, 4]
+    by_t = {0.1: np.array([[1, 0.9, 0.8], [1, 0.7, 0.6]]), 1.0: np.array([[1, 0.6, 0.5], [1, 0.5, 0.4]]),
+            10.0: np.array([[1, 0.4, 0.3], [1, 0.3, 0.2]])}
+    trend = C.temperature_trend(grid, by_t)
+    assert trend["rank"] == -1.0 and math.isclose(trend["gain"], 0.75 - 0.3)
+    assert trend["temperatures"].tolist() == [0.1, 1.0, 10.0]
+    with pytest.raises(ValueError, match="two"):
+        C.temperature_trend(grid, {1.0: by_t[1.0]})
+
+
+def test_multihead_summary():
+    sw = SW.separability_sweep([fake_capture(28), fake_capture(29)], GRID, head_sets=(2, None))
+    summ = C.multihead_summary(sw, 3)
+    assert summ["heads"] == 3 and summ["coverage"].shape == (4,)
+    assert torch.all(summ["copies"] <= summ["formula"] + 1e-12)
+    assert torch.allclose(summ["p"], sw.fraction["values"].mean((0, 1)), atol=1e-12)
+    assert torch.all(summ["coverage"] >= summ["p"] - 1e-12)
+    with pytest.raises(ValueError, match="head sets"):
+        C.multihead_summary(sw, 1)
+
+
+def test_figure3_statistics_and_protocols():
+    grid = np.array([1, 2, 4, 8, 16, 32, 64, 128])
+    x = np.log2(grid)
+    heads = np.stack([np.where(x < 4, 0.8 + 0.05 * (4 - x), 0.8) + d for d in (-0.05, 0.0, 0.05)])
+    heads[:, 0] = 1.0
+    bound = heads.max(0)[None].repeat(3, 0) + 0.02
+    st = C.figure3_statistics(grid, heads, bound, 0.02)
+    assert st["knee"] == 16 and abs(st["slope_after"]) < 1e-9 and math.isclose(st["level"], 0.8)
+    assert math.isclose(st["tracks"], 0.02) and st["flattening"] < 1e-6
+    assert C.largest_after(grid, heads, 16) == pytest.approx(0.85)
+    sw = SW.separability_sweep([fake_capture(30)], [1, 2, 4, 6, 8, 12], detail_rows=[19, 29, 39],
+                               subsets={"spaced": [19, 29, 39], "last": [39]})
+    by = C.figure3_by_protocol(sw, 0.02)
+    assert list(by) == ["every query position (paper)", "3 spaced rows", "last row only"]
+    assert sw.subsets["last"]["rows"] == 1
+    assert all(set(C.F3_KEYS) <= set(v) for v in by.values())
+
+
+def test_multihead_statistics_numbers():
+    sw = SW.separability_sweep([fake_capture(31), fake_capture(32)], GRID, head_sets=(2, None))
+    st = C.multihead_statistics(sw, 2, knee=4, tokens=4000)
+    tab = st["table"]
+    sel = sw.n_grid >= 4
+    assert st["jensen"] <= 1e-12 and st["gap"] >= -1e-12
+    assert math.isclose(st["rate_ratio"], float(tab["other_rate"][sel].mean() / tab["p"][sel].mean()))
+    assert math.isclose(st["dependence"], float((tab["coverage"] - tab["null"])[sel].abs().max()))
+    assert st["bernoulli"] < 0.05
