@@ -573,3 +573,15 @@ def test_lemma2_and_sqrt_five_tables():
     small = ex[ex["ε/T"] <= 0.01]
     assert (small["gain / (3√2/4)"] - 1).abs().max() < 1e-3
     assert ex["gain / (3√2/4)"].max() <= 1 + 1e-9
+
+
+def test_lemma2_worst_ratio_stays_below_one_and_catches_a_broken_bound(monkeypatch):
+    worst = J.lemma2_worst_ratio(rows=32, keys=6, seed=2)
+    assert set(worst) == {"exp(l)", "softplus(l)", "l^2 + 0.1", "1 / (1 + l^2)"}
+    assert all(0 < v <= 1 + 1e-12 for v in worst.values())
+    # a bound a hundred times too small is caught (ratios above 1)
+    real = J.lemma2_bound
+    monkeypatch.setattr(J, "lemma2_bound", lambda v, d: tuple(x / 100 for x in real(v, d)))
+    assert max(J.lemma2_worst_ratio(rows=32, keys=6, seed=2).values()) > 1
+    with pytest.raises(ValueError, match="rows"):
+        J.lemma2_worst_ratio(rows=0)

@@ -131,6 +131,22 @@ def test_attention_probe_respects_the_jacobian_bound():
         assert 0 <= stats["entropy"] <= math.log(32)
 
 
+def test_attention_probe_runs_in_float64_and_leaves_the_model_alone():
+    """The probe captures a float64 copy (at low T float32 rounding of large logits can exceed the
+    capture's float32 weight check); the capture must then check a float64 model in float64."""
+    model = tiny(0.01)
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.attn.c_attn.weight.mul_(40)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train()
+    stats = TT.attention_probe(model, ids(length=32), rows=8)
+    assert all(math.isfinite(v) for v in stats.values())
+    assert 0 < stats["jacobian_norm"] <= 1 / (2 * 0.01)
+    assert model.training and next(model.parameters()).dtype == torch.float32
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
 def test_plateau_step_and_running_mean():
     losses = [4.0] * 30 + [3.0] * 30
     assert TT.plateau_step(losses, 3.5, margin=0.1, window=5) == 33  # mean of 4 threes + a four

@@ -48,6 +48,7 @@ __all__ = [
     "sensitivity_profile",
     "adversarial_rows",
     "lemma2_table",
+    "lemma2_worst_ratio",
     "sqrt_five_table",
     "softmax_jacobian",
     "softmax_jacobian_norm",
@@ -442,6 +443,37 @@ def lemma2_table():
                      "Lemma 2, first line": float(first), "Lemma 2, second line": float(second),
                      "max|F'/F| / 2": 0.5 / delta})
     return pd.DataFrame(rows)
+
+
+def _lemma2_maps():
+    """Four positive maps ``F`` with their derivatives, for :func:`lemma2_worst_ratio`."""
+    return {
+        "exp(l)": (torch.exp, torch.exp),
+        "softplus(l)": (torch.nn.functional.softplus, torch.sigmoid),
+        "l^2 + 0.1": (lambda x: x * x + 0.1, lambda x: 2 * x),
+        "1 / (1 + l^2)": (lambda x: 1 / (1 + x * x), lambda x: -2 * x / (1 + x * x) ** 2),
+    }
+
+
+def lemma2_worst_ratio(rows: int = 128, keys: int = 12, scales=(0.3, 1.0, 3.0, 10.0), seed: int = 0):
+    """The largest ``||J||_2 / (Lemma 2's second line)`` per map, over random rows (a dict).
+
+    For each of four positive maps ``F`` (exp, softplus, ``l^2 + 0.1``, ``1/(1 + l^2)``) and each
+    logit scale, ``rows`` rows of ``keys`` standard-normal logits times the scale; ``||J||_2`` is
+    the exact spectral norm of :func:`general_jacobian` (``torch.linalg.matrix_norm``), the bound
+    :func:`lemma2_bound`'s second line. A value above 1 would be a counterexample to the bound.
+    """
+    if rows < 1 or keys < 2 or not scales:
+        raise ValueError(f"need rows >= 1, keys >= 2 and a scale (got {rows}, {keys}, {scales!r})")
+    gen = torch.Generator().manual_seed(int(seed))
+    logits = torch.cat([float(s) * torch.randn(rows, keys, dtype=torch.float64, generator=gen)
+                        for s in scales])
+    out = {}
+    for name, (f, df) in _lemma2_maps().items():
+        values, derivatives = f(logits), df(logits)
+        exact = torch.linalg.matrix_norm(general_jacobian(values, derivatives), ord=2)
+        out[name] = float((exact / lemma2_bound(values, derivatives)[1]).max())
+    return out
 
 
 def sqrt_five_table(temperatures=(1.0, 0.1), epsilons=(1e-3, 1e-1, 10.0), others: int = 6):

@@ -31,6 +31,7 @@ import json
 import math
 import os
 from contextlib import contextmanager
+from copy import deepcopy
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -55,7 +56,7 @@ PROBE_EVERY = 25
 #: torch threads while training: one (the small model's kernels do not profit from a second
 #: thread, and a fixed count makes the runs reproducible bit for bit)
 TR_THREADS = 1
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 
 
 # --------------------------------------------------------------------------- temperature
@@ -147,14 +148,12 @@ def attention_probe(model, probe_ids: torch.Tensor, rows: int = 32) -> dict[str,
     from .jacobian import softmax_jacobian_norm
     from .models import LoadedModel, byte_encode
 
-    was_training = model.training
-    model.eval()
-    try:
-        loaded = LoadedModel(model=model, name="probe", source="temperature training", encode=byte_encode,
-                             tokenizer_kind="bytes", is_paper_model=False)
-        cap = capture_batch(loaded, probe_ids)
-    finally:
-        model.train(was_training)
+    # a float64 copy: at low T the logits are large, and float32 rounding alone moves the weights
+    # by more than the capture's float32 check allows (1e-5); the training model is untouched
+    copy = deepcopy(model).double().eval()
+    loaded = LoadedModel(model=copy, name="probe", source="temperature training", encode=byte_encode,
+                         tokenizer_kind="bytes", is_paper_model=False)
+    cap = capture_batch(loaded, probe_ids)
     t = model_temperature(model)
     length = probe_ids.shape[-1]
     row_index = torch.arange(max(0, length - rows), length)
@@ -453,3 +452,32 @@ def running_mean(values, window: int = 25) -> list[float]:
     idx = torch.arange(1, len(x) + 1)
     lo = (idx - window).clamp_min(0)
     return ((c[idx] - c[lo]) / (idx - lo)).tolist()
+
+
+def plot_study(study: TemperatureStudy, window: int = 25):
+    """The study in three panels, one colour per temperature, one line per seed: training loss
+    (running mean over ``window`` steps) against the bigram baseline, the query/key gradient norm
+    (running median) and the raw logit spread ``T * std(l/T)`` on the probe batch."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 4))
+    temps = study.temperatures
+    palette = plt.cm.viridis(np.linspace(0, 0.9, len(temps)))
+    for colour, t in zip(palette, temps):
+        for k, r in enumerate(study.at(t)):
+            label = f"T = {t:g}" if k == 0 else None
+            ax1.plot(running_mean(r.losses, window), color=colour, lw=1, label=label)
+            ax2.plot(pd.Series(r.qk_gradient()).rolling(window, min_periods=1).median().values,
+                     color=colour, lw=1)
+            ax3.plot(r.probe_steps, np.array(r.probe["logit_std"]) * t, color=colour, lw=1,
+                     marker=".", ms=3)
+    ax1.axhline(study.runs[0].bigram_bits, color="k", ls="--", lw=1, label="bigram (held-out)")
+    ax1.set(xlabel="step", ylabel="bits per byte", title="training loss", ylim=(1.5, 6.5))
+    ax2.set(xlabel="step", ylabel=r"$\|\nabla W_Q, \nabla W_K\|$", yscale="log",
+            title="query/key gradient norm")
+    ax3.set(xlabel="step", ylabel=r"std of $q^\top k/\sqrt{d}$", yscale="log", title="raw logit spread")
+    ax1.legend(fontsize="x-small")
+    fig.tight_layout()
+    return fig
