@@ -8,7 +8,8 @@ import torch
 from normlimits import jacobian as J
 from normlimits import sharpness as S
 from normlimits.capture import iter_captures
-from normlimits.separability import geometric_separability, layer_weights, project_to_sphere
+from normlimits.separability import geometric_separability, project_to_sphere
+from normlimits.separability_sweep import layer_weights
 
 
 def _windows(count=2, length=40):

@@ -4,7 +4,7 @@ The paper's guideline 3 says that pushing the temperature below 0.1 "raises Jaco
 without improving separability". Both halves are measured here on the same windows and query
 rows: the Jacobian side by :func:`normlimits.jacobian.sensitivity_profile` (Figure 4's
 finite differences and the exact spectral norms), the separability side by the separability
-chapter's own functions (:func:`normlimits.separability.layer_weights` at temperature T,
+chapter's own functions (:func:`normlimits.separability_sweep.layer_weights` at temperature T,
 :func:`normlimits.separability.geometric_separability` on the head's value vectors projected
 to the unit sphere), so N_s/N means exactly what it means in Figure 3.
 
@@ -23,7 +23,8 @@ from torch import Tensor
 
 from .jacobian import SensitivityProfile, sensitivity_profile
 from .normalizers import check_temperature
-from .separability import check_n_grid, geometric_separability, layer_weights, project_to_sphere
+from .separability import check_n_grid, geometric_separability, project_to_sphere
+from .separability_sweep import layer_weights
 
 __all__ = ["SeparabilityAtTemperature", "sharpness_sweep"]
 
