@@ -224,6 +224,7 @@ def test_summarise_study_counts_differences_in_seed_spreads():
     assert summary.difference == pytest.approx(0.23)         # 3.25 - 3.02
     assert summary.in_spreads == pytest.approx(2.3)
     assert summary.gradient_ratio == pytest.approx(4.0)      # median of 3, 5, 4 (same seed at T = 1)
+    assert summary.learned == pytest.approx(3.5 - 3.02)      # bigram minus the mean at T = 1
     assert summary.table.loc[1.0, "seed range"] == pytest.approx(0.04)
     assert summary.table.loc[0.03, "raw logit spread"] == pytest.approx(2.0 * 0.03)
     # a difference inside the spread stays inside it

@@ -48,9 +48,9 @@ TEMPERATURE_KEY = "attention_temperature"
 TR_CONFIG = dict(vocab_size=257, n_positions=128, n_embd=128, n_layer=2, n_head=4, bos_token_id=256,
                  eos_token_id=256, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 TR_POSITIONS = 128
-TR_BATCH = 8
-TR_STEPS = 300
-TR_LR = 2e-3
+TR_BATCH = 16
+TR_STEPS = 600
+TR_LR = 1e-3
 TR_SEED = 0
 PROBE_EVERY = 25
 #: torch threads while training: one (the small model's kernels do not profit from a second
@@ -401,7 +401,8 @@ class StudySummary:
     ``difference``: mean held-out bits at ``low`` minus at ``base``; ``in_spreads``: that
     difference over the spread; ``gradient_ratio``: median over seeds of the ratio of the median
     per-step query/key gradient norms at ``low`` and ``base`` (same seed); ``largest_range``: the
-    largest seed range at any temperature.
+    largest seed range at any temperature; ``learned``: the bigram baseline's held-out bits minus
+    the mean at ``base`` (how far the budget trained the stock model past the bigram plateau).
     """
 
     table: object
@@ -412,6 +413,7 @@ class StudySummary:
     in_spreads: float
     gradient_ratio: float
     largest_range: float
+    learned: float
 
 
 def summarise_study(study: TemperatureStudy, low: float | None = None, base: float = 1.0) -> StudySummary:
@@ -440,7 +442,8 @@ def summarise_study(study: TemperatureStudy, low: float | None = None, base: flo
     return StudySummary(table=table, low=low, base=base, spread=spread, difference=difference,
                         in_spreads=in_spreads,
                         gradient_ratio=float(table.loc[low, "qk-gradient ratio to T=1"]),
-                        largest_range=float(table["seed range"].max()))
+                        largest_range=float(table["seed range"].max()),
+                        learned=float(study.runs[0].bigram_bits - table.loc[base, "held-out bits (mean)"]))
 
 
 def running_mean(values, window: int = 25) -> list[float]:
