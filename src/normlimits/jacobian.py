@@ -76,12 +76,22 @@ def _check_temperatures(temperatures) -> Tensor:
     return _check_grid(temperatures, "temperature T", check_temperature)
 
 
+#: the smallest perturbation whose effect float64 resolves on logits of order 1-100 (rounding of
+#: such logits is ~1e-14; at 1e-10 it perturbs g by ~1e-4 of itself)
+MIN_EPSILON = 1e-10
+
+
 def check_epsilon(epsilon: float) -> float:
     """Return ``epsilon`` as a float, or raise a clear error when it is not a positive number."""
     e = float(epsilon)
     if not (e > 0 and math.isfinite(e)):
         raise ValueError(f"the perturbation size epsilon must be a finite number > 0 (got {epsilon!r}); "
                          "g(T, eps) divides by eps.")
+    if e < MIN_EPSILON:
+        raise ValueError(f"the perturbation size epsilon = {epsilon!r} is below {MIN_EPSILON:g}: added "
+                         "to logits of order 1-100 it is lost to float64 rounding (1e-20 gives "
+                         "g = 0), so g would measure rounding, not the Jacobian. Use epsilon >= "
+                         f"{MIN_EPSILON:g}, or the exact Jacobian norm for the eps -> 0 limit.")
     return e
 
 
