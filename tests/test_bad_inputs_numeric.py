@@ -93,3 +93,12 @@ def test_nan_vectors_are_refused(metric):
     fn = {"distance_profile": distance_profile, "geometric_separability": geometric_separability}[metric]
     with pytest.raises(InputError, match="NaN or infinite"):
         fn(w, x, [1, 2])
+
+
+@pytest.mark.parametrize("epsilon", [1e-20, 1e-11])
+def test_a_perturbation_lost_to_rounding_is_refused(epsilon):
+    from normlimits.jacobian import check_epsilon
+
+    with pytest.raises(ValueError, match="float64 rounding"):
+        check_epsilon(epsilon)
+    assert check_epsilon(1e-3) == 1e-3

@@ -118,7 +118,8 @@ def test_record_grades_by_the_registered_rule_and_upserts(tmp_path, monkeypatch)
     assert [(r["id"], r["verdict"]) for r in rows] == [("C1", "confirmed"), ("L1", "confirmed")]
     collected = ledger.collect(tmp_path, ["vanishing"])
     assert [r["id"] for r in collected] == ["L1", "C1"], "registry order"
-    assert ledger.missing_claims(collected, ["vanishing"]) == ["vanishing:C1S", "vanishing:NU"]
+    assert ledger.missing_claims(collected, ["vanishing"]) == ["vanishing:C1S", "vanishing:NU",
+                                                             "vanishing:VAR"]
 
 
 def test_record_requires_a_reason_when_not_testable(tmp_path, monkeypatch):

@@ -34,6 +34,16 @@ def eig_top(weights: torch.Tensor) -> torch.Tensor:
     return torch.linalg.eigvalsh(m)[..., -1]
 
 
+def _row_norm_reference(a: torch.Tensor, t: float) -> torch.Tensor:
+    """||row_i|| = a_i sqrt((sum_{j!=i} a_j)^2 + sum_{j!=i} a_j^2) / T with explicit sums over the
+    other keys, the root taken in log space (no squares of tiny weights)."""
+    size = a.shape[-1]
+    eye = torch.eye(size, dtype=torch.bool)
+    others = a.unsqueeze(-2).expand(*a.shape[:-1], size, size).masked_fill(eye, 0.0)
+    terms = torch.cat([others.sum(-1, keepdim=True), others], -1).log()     # log of every term
+    return a * torch.exp(0.5 * torch.logsumexp(2 * terms, -1)) / t
+
+
 # ----------------------------------------------------------------------------- exact Jacobian
 
 @settings(max_examples=30, deadline=None)
@@ -156,12 +166,7 @@ def test_spectral_norm_bounds_hold(seed, size, scale, t, masked):
     assert bool((rows <= norm.unsqueeze(-1) + slack).all())       # a row norm never exceeds ||J||
     diag = torch.diagonal(J.softmax_jacobian(a, t), dim1=-2, dim2=-1)
     assert bool((diag <= 1 / (4 * t) + slack).all())
-    # reference: ||row_i|| = a_i sqrt((sum_{j!=i} a_j)^2 + sum_{j!=i} a_j^2) / T with explicit sums
-    # over the other keys (forming diag(a) - a a^T loses digits when a_i is near 1)
-    eye = torch.eye(size, dtype=torch.bool)
-    others = a.unsqueeze(-2).expand(*a.shape[:-1], size, size).masked_fill(eye, 0.0)
-    ref = a * (others.sum(-1) ** 2 + (others ** 2).sum(-1)).sqrt() / t
-    assert torch.allclose(rows, ref, rtol=1e-10, atol=1e-300)
+    assert torch.allclose(rows, _row_norm_reference(a, t), rtol=1e-10, atol=1e-300)
     assert torch.allclose(rows, J.softmax_jacobian(a, t).norm(dim=-1), rtol=1e-6, atol=1e-12 / t)
 
 
@@ -362,14 +367,6 @@ def test_default_rows():
         J.default_rows(1)
 
 
-def test_model_sensitivity_on_a_tiny_model(tiny_loaded):
-    windows = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
-    prof = J.model_sensitivity(tiny_loaded, windows, [0.1, 1.0], [0.1], row_count=8)
-    assert prof.g.shape == (2, 1, 2, 4)
-    assert prof.rows == 16 and prof.windows == 2
-    assert bool((prof.norm_max <= 1 / (2 * prof.temperatures[:, None, None]) + 1e-12).all())
-
-
 # ----------------------------------------------------------------------------- sympy derivations
 
 def test_sympy_softmax_jacobian_closes():
@@ -427,3 +424,164 @@ def test_sympy_sqrt_five_example():
 def test_sympy_rejects_too_few_keys():
     with pytest.raises(ValueError, match="n = 2"):
         TJ.softmax_jacobian(1)
+
+
+def test_sympy_secular_tail():
+    tail = TJ.secular_tail()
+    assert tail.remainder_closes and tail.pole_first_two and tail.pole_gap_nonnegative
+    c1, c2 = sp.symbols("c_1 c_2", positive=True)
+    assert sp.simplify(tail.pole_gap - c1 * c2 * (c1 - c2) ** 2 / (c1 + c2)) == 0
+
+
+# ----------------------------------------------------------------------------- underflow (issue 13, item 6)
+
+def test_row_norms_keep_a_remaining_mass_of_1e_200():
+    """The top row's norm is ~ the remaining mass; squaring it (1e-400) must not flush it to 0."""
+    import mpmath
+
+    mpmath.mp.dps = 60
+    row = [1.0, 0.5e-200, 0.3e-200, 0.2e-200, 0.0]
+    a = torch.tensor([row], dtype=torch.float64)
+    got = J.softmax_jacobian_row_norms(a, 0.5)
+    m = [mpmath.mpf(x) for x in row]            # the float row (its sum is 1 to 1e-200)
+    for i in range(5):
+        rest = sum(x for k, x in enumerate(m) if k != i)
+        ref = m[i] * mpmath.sqrt(rest ** 2 + sum(x ** 2 for k, x in enumerate(m) if k != i)) / mpmath.mpf(0.5)
+        assert float(got[0, i]) == pytest.approx(float(ref), rel=1e-12, abs=0)
+    assert float(got[0, 0]) > 2e-200                          # the old code returned exactly 0 here
+    # the same holds for a softmax row whose other logits sit 460 nats below the top
+    logits = torch.tensor([[0.0, -460.0, -461.0, -470.0]], dtype=torch.float64)
+    w = torch.softmax(logits, -1)
+    assert float(J.softmax_jacobian_row_norms(w, 1.0)[0, 0]) == pytest.approx(
+        float(_row_norm_reference(w, 1.0)[0, 0]), rel=1e-12)
+
+
+def test_variance_bound_sees_the_mass_of_a_nearly_one_hot_row():
+    """Upper bound 2 max a_i (1 - a_i): with 1 - a_(1) computed as 1 - a_(1) (= 0 below 1e-16) it
+    fell below the true norm on (1 - 2r, r, r), whose lambda_max is 3 r (1 - 2 r)."""
+    r = 1e-18
+    a = torch.tensor([[1 - 2 * r, r, r]], dtype=torch.float64)
+    exact = float(J.top_eigenvalue(a))
+    assert exact == pytest.approx(3 * r, rel=1e-12)
+    lower, upper = J.spectral_norm_bounds(a, 1.0)
+    assert float(lower) <= exact <= float(upper)
+    assert float(upper) == pytest.approx(4 * r, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- the pooled tail (issue 19)
+
+def _adversarial_weight_rows():
+    """Rows that stress the pooled solve: ties and near ties with tails of every size, one-hot,
+    subnormal second weights, two keys, nearly flat rows and random sharp rows."""
+    rows = []
+    for rest in (0.0, 1e-300, 1e-200, 1e-20, 1e-8, 1e-3, 0.3):
+        for gap in (0.0, 1e-13, 1e-6, 1e-2):
+            tail = [rest / 5] * 5
+            top = (1 - rest) / 2
+            rows.append([top + gap / 2, top - gap / 2] + tail + [0.0])
+    rows.append([1.0, 1e-310, 3e-311, 2e-320, 0, 0, 0, 0])
+    rows.append([1.0, 0, 0, 0, 0, 0, 0, 0])
+    rows.append([0.9, 0.1 - 7e-6, 1e-6, 1e-6, 1e-6, 1e-6, 1e-6, 2e-6])
+    rows.append([1 / 8 + 1e-9] + [(1 - 1 / 8 - 1e-9) / 7] * 7)
+    a = torch.tensor(rows, dtype=torch.float64)
+    return a / a.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("tail", [1e-5, 1e-3, 0.1])
+def test_pooled_tail_is_within_its_stated_error_on_adversarial_rows(tail):
+    a = _adversarial_weight_rows()
+    exact = J.top_eigenvalue(a, tol=1e-14)
+    pooled = J.top_eigenvalue(a, tol=1e-14, tail=tail)
+    bound = J.secular_tail_error(tail)
+    assert bool((pooled <= exact * (1 + 1e-13)).all())                       # never above
+    assert bool((pooled >= exact * (1 - bound - 1e-13)).all())
+    ref = eig_top(a)                                                           # LAPACK, absolute 1e-16
+    assert torch.allclose(pooled, ref, rtol=bound + 1e-9, atol=1e-15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=SEEDS, size=st.integers(min_value=2, max_value=300), scale=st.floats(min_value=0.1, max_value=1e4),
+       tail=st.sampled_from([1e-5, 1e-2, 0.1]), masked=st.booleans())
+def test_pooled_tail_matches_the_exact_solve_on_random_rows(seed, size, scale, tail, masked):
+    a = random_weights(seed, 32, size, scale, masked)
+    exact = J.top_eigenvalue(a, tol=1e-14)
+    pooled = J.top_eigenvalue(a, tol=1e-14, tail=tail)
+    rel = torch.where(exact > 0, (exact - pooled) / exact.clamp_min(1e-300), torch.zeros_like(exact))
+    assert float(rel.min()) >= -1e-13 and float(rel.max()) <= J.secular_tail_error(tail) + 1e-13
+
+
+def test_pooled_tail_is_used_on_sharp_rows_and_agrees_with_mpmath():
+    """Sharp rows (the pooled path runs: every fourth weight is below the threshold) against a
+    50-digit eigenvalue."""
+    import mpmath
+
+    mpmath.mp.dps = 50
+    gen = torch.Generator().manual_seed(11)
+    logits = torch.randn(3, 24, dtype=torch.float64, generator=gen)
+    logits[:, 3:] = -40 + 5 * logits[:, 3:]                                  # three keys, then a far tail
+    a = torch.softmax(logits, -1)
+    top4 = a.topk(4, -1).values
+    assert bool((top4[:, 3] <= 1e-5 * top4[:, 1]).all())                      # the pooled regime
+    got = J.top_eigenvalue(a, tail=1e-5)
+    for i in range(a.shape[0]):
+        am = [mpmath.mpf(float(x)) for x in a[i]]
+        m = mpmath.matrix([[(am[p] if p == q else 0) - am[p] * am[q] for q in range(24)] for p in range(24)])
+        ref = max(mpmath.eigsy(m)[0])
+        assert float(got[i]) == pytest.approx(float(ref), rel=1e-10 + 1e-12)
+
+
+def test_bad_tail_is_a_clear_error():
+    with pytest.raises(ValueError, match="tail threshold must lie in"):
+        J.top_eigenvalue(torch.ones(1, 6) / 6, tail=0.5)
+    with pytest.raises(ValueError, match="tail"):
+        J.secular_tail_error(0.0)
+
+
+def test_row_stats_in_temperature_groups_equal_one_temperature_at_a_time():
+    block, _ = _causal_block(3, rows=[5, 12, 23])
+    gen = torch.Generator().manual_seed(2)
+    v = J.random_unit_directions(block, gen)
+    temps = J.default_temperatures(2)
+    eps = torch.tensor([1e-3, 10.0], dtype=torch.float64)
+    together = J._row_stats(block, temps, eps, v)
+    one_by_one = J._row_stats(block, temps, eps, v, group_elements=1)
+    for name in together:
+        assert torch.allclose(together[name], one_by_one[name], rtol=1e-12, atol=0)
+
+
+# ----------------------------------------------------------------------------- chapter helpers
+
+def test_adversarial_rows_approach_but_never_pass_one_half():
+    a = J.adversarial_rows(keys=4, starts=8, steps=80, seed=1)
+    lam = J.top_eigenvalue(a)
+    dense = torch.linalg.matrix_norm(J.softmax_jacobian(a, 1.0), ord=2)
+    assert torch.allclose(lam, dense, atol=1e-12)
+    assert float(lam.max()) > 0.45 and float(lam.max()) <= 0.5 + 1e-12
+    with pytest.raises(ValueError, match="keys"):
+        J.adversarial_rows(keys=1)
+
+
+def test_lemma2_and_sqrt_five_tables():
+    table = J.lemma2_table()
+    assert bool((table["‖J‖₂ exact"] <= table["Lemma 2, first line"] * (1 + 1e-12)).all())
+    assert bool((table["Lemma 2, first line"] <= table["Lemma 2, second line"] * (1 + 1e-12)).all())
+    assert bool((table["‖J‖₂ exact"] <= table["max|F'/F| / 2"] * (1 + 1e-12)).all())
+    soft = table[table["normaliser"].str.startswith("softmax")]["‖J‖₂ exact"].to_numpy()
+    assert soft[0] > soft[-1]                                          # softmax's norm falls
+    ex = J.sqrt_five_table()
+    assert ex["‖Δℓ‖"].to_numpy() == pytest.approx(math.sqrt(5) * ex["ε"].to_numpy())
+    small = ex[ex["ε/T"] <= 0.01]
+    assert (small["gain / (3√2/4)"] - 1).abs().max() < 1e-3
+    assert ex["gain / (3√2/4)"].max() <= 1 + 1e-9
+
+
+def test_lemma2_worst_ratio_stays_below_one_and_catches_a_broken_bound(monkeypatch):
+    worst = J.lemma2_worst_ratio(rows=32, keys=6, seed=2)
+    assert set(worst) == {"exp(l)", "softplus(l)", "l^2 + 0.1", "1 / (1 + l^2)"}
+    assert all(0 < v <= 1 + 1e-12 for v in worst.values())
+    # a bound a hundred times too small is caught (ratios above 1)
+    real = J.lemma2_bound
+    monkeypatch.setattr(J, "lemma2_bound", lambda v, d: tuple(x / 100 for x in real(v, d)))
+    assert max(J.lemma2_worst_ratio(rows=32, keys=6, seed=2).values()) > 1
+    with pytest.raises(ValueError, match="rows"):
+        J.lemma2_worst_ratio(rows=0)

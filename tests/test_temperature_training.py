@@ -131,6 +131,22 @@ def test_attention_probe_respects_the_jacobian_bound():
         assert 0 <= stats["entropy"] <= math.log(32)
 
 
+def test_attention_probe_runs_in_float64_and_leaves_the_model_alone():
+    """The probe captures a float64 copy (at low T float32 rounding of large logits can exceed the
+    capture's float32 weight check); the capture must then check a float64 model in float64."""
+    model = tiny(0.01)
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.attn.c_attn.weight.mul_(40)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train()
+    stats = TT.attention_probe(model, ids(length=32), rows=8)
+    assert all(math.isfinite(v) for v in stats.values())
+    assert 0 < stats["jacobian_norm"] <= 1 / (2 * 0.01)
+    assert model.training and next(model.parameters()).dtype == torch.float32
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
 def test_plateau_step_and_running_mean():
     losses = [4.0] * 30 + [3.0] * 30
     assert TT.plateau_step(losses, 3.5, margin=0.1, window=5) == 33  # mean of 4 threes + a four
@@ -163,19 +179,55 @@ def test_train_at_temperature_is_deterministic_and_keeps_t():
     assert math.isfinite(a.held_out_bits) and math.isfinite(a.bigram_bits)
 
 
-def test_temperature_study_is_cached_atomically(isolated_cache, monkeypatch):
+def test_temperature_study_caches_each_run_atomically(isolated_cache, monkeypatch):
     corpus = _toy_corpus()
     monkeypatch.setattr(TT, "TR_CONFIG", {**TT.TR_CONFIG, **TINY})
-    first = TT.temperature_study(corpus, (0.5, 2.0), steps=4, positions=32, batch=2)
-    assert not first.from_cache and first.temperatures == [0.5, 2.0]
-    files = list((isolated_cache / "temperature-training").iterdir())
-    assert not [f for f in files if f.name.startswith(".tmp-")]
-    second = TT.temperature_study(corpus, (0.5, 2.0), steps=4, positions=32, batch=2)
-    assert second.from_cache and second.path == first.path
+    kwargs = dict(steps=4, positions=32, batch=2)
+    first = TT.temperature_study(corpus, (0.5, 2.0), (0, 1), **kwargs)
+    assert not first.from_cache and first.temperatures == [0.5, 2.0] and first.seeds == [0, 1]
+    files = sorted((isolated_cache / "temperature-training").glob("*.json"))
+    assert len(files) == 4                                   # one file per (T, seed)
+    assert not list((isolated_cache / "temperature-training").glob(".tmp-*"))
+    second = TT.temperature_study(corpus, (0.5, 2.0), (0, 1), **kwargs)
+    assert second.from_cache
     assert [r.losses for r in second.runs] == [r.losses for r in first.runs]
-    assert json.loads(open(first.path).read())["recipe"]["steps"] == 4
-    assert second.run(2.0).temperature == 2.0
+    assert second.run(2.0, seed=1).seed == 1 and second.run(2.0, seed=1).temperature == 2.0
+    # seeds differ (initial weights and batches), and a new seed trains only what is missing
+    assert first.run(0.5, 0).losses != first.run(0.5, 1).losses
+    third = TT.temperature_study(corpus, (0.5, 2.0), (0, 1, 2), **kwargs)
+    assert [r.from_cache for r in third.at(0.5)] == [True, True, False]
+    assert len(list((isolated_cache / "temperature-training").glob("*.json"))) == 6
+    assert json.loads(files[0].read_text())["seed"] in (0, 1)
     with pytest.raises(KeyError):
         second.run(1.0)
+    with pytest.raises(KeyError, match="seed 7"):
+        second.run(0.5, seed=7)
     with pytest.raises(ValueError, match="temperature"):
         TT.temperature_study(corpus, (0.0,), steps=4)
+    with pytest.raises(ValueError, match="seeds"):
+        TT.temperature_study(corpus, (1.0,), (), steps=4)
+
+
+def _fake_run(t, seed, bits, grad):
+    return TT.TemperatureRun(temperature=t, losses=[5.0, 4.0], grad_norms={"q": [grad, grad], "k": [0.0, 0.0]},
+                             probe_steps=[0, 2], probe={"logit_std": [1.0, 2.0]}, held_out_bits=bits,
+                             bigram_bits=3.5, plateau_step=None, seconds=1.0, seed=seed)
+
+
+def test_summarise_study_counts_differences_in_seed_spreads():
+    runs = [_fake_run(1.0, s, b, 1.0) for s, b in enumerate((3.00, 3.02, 3.04))]
+    runs += [_fake_run(0.03, s, b, g) for s, (b, g) in enumerate(((3.20, 3.0), (3.25, 5.0), (3.30, 4.0)))]
+    study = TT.TemperatureStudy(runs=runs, config={}, recipe={}, corpus_sha256="x")
+    summary = TT.summarise_study(study)
+    assert summary.low == 0.03 and summary.base == 1.0
+    assert summary.spread == pytest.approx(0.10)              # the larger range: 3.20..3.30
+    assert summary.difference == pytest.approx(0.23)         # 3.25 - 3.02
+    assert summary.in_spreads == pytest.approx(2.3)
+    assert summary.gradient_ratio == pytest.approx(4.0)      # median of 3, 5, 4 (same seed at T = 1)
+    assert summary.learned == pytest.approx(3.5 - 3.02)      # bigram minus the mean at T = 1
+    assert summary.table.loc[1.0, "seed range"] == pytest.approx(0.04)
+    assert summary.table.loc[0.03, "raw logit spread"] == pytest.approx(2.0 * 0.03)
+    # a difference inside the spread stays inside it
+    close = [_fake_run(0.03, s, b, 1.0) for s, b in enumerate((3.01, 3.05, 2.99))]
+    near = TT.summarise_study(TT.TemperatureStudy(runs=runs[:3] + close, config={}, recipe={}, corpus_sha256="x"))
+    assert abs(near.in_spreads) < 1

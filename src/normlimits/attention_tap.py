@@ -155,10 +155,11 @@ def check_weights(weights: Tensor | None, query: Tensor, key: Tensor, scaling: f
         raise UnsupportedAttention(f"{where}: the family's eager attention returned no weights "
                                    "to check the captured logits against.")
     length = query.shape[-2]
-    scores = (query[..., rows, :] @ key.transpose(-1, -2)).float() * scaling
+    dtype = torch.promote_types(query.dtype, torch.float32)     # float64 models checked in float64
+    scores = (query[..., rows, :] @ key.transpose(-1, -2)).to(dtype) * scaling
     future = torch.arange(length, device=query.device)[None, :] > rows[:, None]
     expected = scores.masked_fill(future, float("-inf")).softmax(-1)
-    error = float((weights[..., rows, :].float() - expected).abs().max())
+    error = float((weights[..., rows, :].to(dtype) - expected).abs().max())
     tolerance = WEIGHT_TOLERANCE.get(query.dtype, 1e-5)
     if not error <= tolerance:
         raise UnsupportedAttention(

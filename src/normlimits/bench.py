@@ -17,7 +17,7 @@ workload and every L: each workload is a function that consumes an iterable of w
 the forward pass runs once per window, the workloads stream their statistics (memory is flat in
 the window count: at most the current and the previous window's capture are alive), and the
 timings separate cleanly. The distance workloads read the query row ``L - 1`` of the window for
-every L of their grids (the causality trick, design section 7), the gradient workload 64 evenly
+every L of their grids (by causality, one forward pass serves every L), the gradient workload 64 evenly
 spaced rows and the separability workload every row, with the grids the chapters use; nothing is
 recomputed per L or per N. The paper's Algorithms 1-5 average over every query position ``t``
 of every L instead; :data:`WORKLOADS` says what each row here measures.

@@ -48,7 +48,7 @@ class LogLogFit:
 def _as_float64(values) -> Tensor:
     if isinstance(values, Tensor):
         return values.detach().to(torch.float64).cpu()
-    return torch.as_tensor(np.asarray(values, dtype=np.float64))
+    return torch.as_tensor(np.array(values, dtype=np.float64))   # a copy: pandas arrays are read-only
 
 
 def loglog_fit(x, y, *, low: float | None = None, high: float | None = None,

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from normlimits.normalizers import check_temperature
+from normlimits.protocol import SECULAR_TAIL
 
 SQRT2 = math.sqrt(2.0)
 
@@ -41,15 +42,20 @@ __all__ = [
     "linearised_sensitivity",
     "log_derivative_bound",
     "lemma2_bound",
-    "model_sensitivity",
     "paper_curve",
     "random_unit_directions",
     "sensitivity_envelope",
     "sensitivity_profile",
+    "adversarial_rows",
+    "lemma2_table",
+    "lemma2_worst_ratio",
+    "sqrt_five_table",
     "softmax_jacobian",
     "softmax_jacobian_norm",
     "softmax_jacobian_row_norms",
     "spectral_norm_bounds",
+    "check_tail",
+    "secular_tail_error",
     "top_eigenvalue",
 ]
 
@@ -70,12 +76,22 @@ def _check_temperatures(temperatures) -> Tensor:
     return _check_grid(temperatures, "temperature T", check_temperature)
 
 
+#: the smallest perturbation whose effect float64 resolves on logits of order 1-100 (rounding of
+#: such logits is ~1e-14; at 1e-10 it perturbs g by ~1e-4 of itself)
+MIN_EPSILON = 1e-10
+
+
 def check_epsilon(epsilon: float) -> float:
     """Return ``epsilon`` as a float, or raise a clear error when it is not a positive number."""
     e = float(epsilon)
     if not (e > 0 and math.isfinite(e)):
         raise ValueError(f"the perturbation size epsilon must be a finite number > 0 (got {epsilon!r}); "
                          "g(T, eps) divides by eps.")
+    if e < MIN_EPSILON:
+        raise ValueError(f"the perturbation size epsilon = {epsilon!r} is below {MIN_EPSILON:g}: added "
+                         "to logits of order 1-100 it is lost to float64 rounding (1e-20 gives "
+                         "g = 0), so g would measure rounding, not the Jacobian. Use epsilon >= "
+                         f"{MIN_EPSILON:g}, or the exact Jacobian norm for the eps -> 0 limit.")
     return e
 
 
@@ -125,8 +141,89 @@ def general_jacobian(values: Tensor, derivatives: Tensor) -> Tensor:
     return (torch.diag_embed(derivatives) - a.unsqueeze(-1) * derivatives.unsqueeze(-2)) / s.unsqueeze(-1)
 
 
+def check_tail(tail: float) -> float:
+    """Return ``tail`` as a float, or raise a clear error unless ``0 < tail <= 0.1``."""
+    t = float(tail)
+    if not (0 < t <= 0.1):
+        raise ValueError(f"the secular tail threshold must lie in (0, 0.1] (got {tail!r}); the exact "
+                         f"norm's relative error is at most tail^2 / (1 - tail), e.g. 1e-10 at 1e-5.")
+    return t
+
+
+def secular_tail_error(tail: float) -> float:
+    """The largest relative error of :func:`top_eigenvalue` with ``tail`` (besides ``tol``):
+    ``tail^2 / (1 - tail)``."""
+    t = check_tail(tail)
+    return t * t / (1 - t)
+
+
+_TINY = torch.finfo(torch.float64).tiny
+
+
+def _newton_update(mu, h, hp, ratio, mu_max, active, tol):
+    """One safeguarded Newton step on ``u(mu) = 1/h + mu ratio - 1`` (numpy [N] arrays):
+    ``mu - u/u' = mu - (h + h^2 (mu ratio - 1)) / (-h' + ratio h^2)``, kept in ``[1, mu_max]``;
+    returns the new ``mu`` and whether every active row moved by at most ``tol`` (relative)."""
+    import numpy as np
+
+    h = np.where(active, h, 1.0)                                 # h(mu) > 0
+    h2 = h * h
+    step = (h + h2 * (mu * ratio - 1)) / (hp + ratio * h2)
+    new = np.where(active, np.minimum(np.maximum(mu - step, 1.0), mu_max), mu)
+    return new, bool((np.abs(new - mu) <= tol * new).all())
+
+
+def _secular_newton(c: Tensor, ratio: Tensor, active: Tensor, *, tol: float, max_iter: int) -> Tensor:
+    """Root ``mu`` in ``(1, 1/ratio]`` of ``u(mu) = 1/h(mu) + mu * ratio - 1`` for rows ``c`` [N, K],
+    ``h(mu) = sum_i c_i / (mu - c_i)`` with ``0 <= c_i <= 1`` (the second-largest weight is 1).
+
+    Newton from the harmonic mean ``2 / (1 + ratio)``, which lies left of the root, increases
+    monotonically to it (``1/h`` is concave and increasing). Rows where ``active`` [N] is False
+    are left at their start (ties, one-hot rows). The sums over keys run in torch (large arrays,
+    possibly multi-threaded), the per-row update in numpy (small arrays, little per-call cost).
+    Returns [N].
+    """
+    import numpy as np
+
+    r_np, act = ratio.numpy(), active.numpy()
+    mu_np = 2 / (1 + r_np)
+    mu_max = 1 / np.maximum(r_np, np.finfo(np.float64).tiny)
+    mu = torch.from_numpy(mu_np)
+    inv, r = torch.empty_like(c), torch.empty_like(c)   # reused: no allocation per iteration
+    for _ in range(max_iter):
+        torch.sub(mu.unsqueeze(-1), c, out=inv).reciprocal_()   # 1/(mu - c_i) > 0 (mu > 1 >= c_i)
+        h = torch.mul(c, inv, out=r).sum(-1).numpy()
+        hp = r.mul_(inv).sum(-1).numpy()                        # -h'(mu)
+        mu_np, done = _newton_update(mu_np, h, hp, r_np, mu_max, act, tol)
+        mu = torch.from_numpy(mu_np)
+        if done:
+            break
+    return mu
+
+
+def _pooled_newton(head, ratio, weight, pole, *, tol: float, max_iter: int):
+    """The same root for rows kept as a few keys ``head`` [N, k] (numpy; the second weight is
+    1) plus one pole of weight ``weight`` at ``pole`` [N] standing for every other key."""
+    import numpy as np
+
+    mu_max = 1 / np.maximum(ratio, np.finfo(np.float64).tiny)
+    mu = 2 / (1 + ratio)
+    active = np.ones_like(mu, dtype=bool)
+    for _ in range(max_iter):
+        inv = 1 / (mu[:, None] - head)
+        terms = head * inv
+        pole_inv = 1 / (mu - pole)
+        pole_term = weight * pole_inv
+        h = terms.sum(-1) + pole_term
+        hp = (terms * inv).sum(-1) + pole_term * pole_inv
+        mu, done = _newton_update(mu, h, hp, ratio, mu_max, active, tol)
+        if done:
+            break
+    return mu
+
+
 def top_eigenvalue(weights: Tensor, *, tol: float = 1e-13, max_iter: int = 100,
-                   tie_tol: float = 1e-12, validate: bool = True) -> Tensor:
+                   tie_tol: float = 1e-12, validate: bool = True, tail: float | None = None) -> Tensor:
     """Largest eigenvalue of ``diag(a) - a a^T`` for every row ``a`` of a probability vector.
 
     Exact up to ``tol`` (relative), computed without forming the matrix. With ``a_(1) >= a_(2)`` the
@@ -136,44 +233,72 @@ def top_eigenvalue(weights: Tensor, *, tol: float = 1e-13, max_iter: int = 100,
     function ``u(lambda) = 1 / h(lambda) + lambda / a_(1) - 1`` with
     ``h(lambda) = sum_{i != argmax} a_i / (lambda - a_i)``, started at the harmonic mean
     ``2 a_(1) a_(2) / (a_(1) + a_(2))`` (left of the root), increases monotonically to the root;
-    3-4 iterations reach 1e-13 on softmax rows at any temperature.
+    3-4 iterations reach 1e-13 on softmax rows at any temperature. Everything is computed in
+    units of ``a_(2)`` (``c_i = a_i / a_(2)``, ``mu = lambda / a_(2)``), so nothing under- or
+    overflows when ``a_(2)`` is subnormal.
+
+    ``tail`` (optional, in (0, 0.1]): when most rows have their fourth-largest weight below
+    ``tail * a_(2)`` (sharp rows, low temperature), each such row is solved over its second and
+    third keys only, every other key (all below
+    the threshold) entering ``h`` as ONE pole of weight ``S1 = sum c_i`` at ``S2 / S1``
+    (``S2 = sum c_i^2``): no pass over its L keys per iteration. Such rows are exact to a relative
+    ``tail^2 / (1 - tail)`` (:func:`secular_tail_error`; 1e-10 at ``tail = 1e-5``) on top of
+    ``tol``, and never above the exact value; other rows are solved over all keys. Proof (the
+    gradients chapter): with ``x = c_i / mu <= tail``, ``c_i/(mu - c_i) = sum_k x^k``; the pole
+    matches the first two moments and, by Jensen, underestimates every higher one, so the pooled
+    ``h`` is below the true one by at most ``tail^2/(1 - tail) * S1/mu``; since the pole's term
+    falls at least as fast as ``S1/mu``, the computed root ``mu~`` and the exact ``mu*`` satisfy
+    ``mu~ <= mu* <= mu~ (1 + tail^2/(1 - tail))``.
 
     Shapes: ``weights`` [..., L] (non-negative rows) -> [...] float64. With ``validate`` (default)
     rows are checked and renormalised to sum 1 in float64; without it they are taken as given
     (float64 softmax rows; faster). Rows with a single positive weight give 0. A relative gap
     ``(a_(1) - a_(2)) / a_(1)`` below ``tie_tol`` counts as a tie (error at most that gap).
     """
+    tau = None if tail is None else check_tail(tail)
     a = _simplex(weights) if validate else weights.to(torch.float64)
-    if a.shape[-1] == 1:
-        return torch.zeros(a.shape[:-1], dtype=torch.float64)
-    top = a.topk(2, dim=-1)
-    a1, a2 = top.values[..., 0], top.values[..., 1]
-    tie = (a1 - a2) <= tie_tol * a1
-    single = a2 <= 0
-    solve = ~(tie | single)
-    # Work in units of a_(2): mu = lambda / a_(2), c = a / a_(2), so nothing under- or overflows
-    # (a_(2) may be a denormal at low temperature). mu lies in (1, a_(1)/a_(2)].
-    scale = torch.where(solve, a2, torch.ones_like(a2))
-    c = a.scatter(-1, top.indices[..., :1], 0.0) / scale.unsqueeze(-1)   # others, <= 1
-    c = torch.where(solve.unsqueeze(-1), c, torch.zeros_like(c))
-    ratio = torch.where(solve, a2 / a1, torch.ones_like(a1))               # a_(2)/a_(1) in (0, 1)
-    mu = torch.where(solve, 2 / (1 + ratio), torch.full_like(a1, 2.0))     # harmonic mean / a_(2)
-    mu_max = torch.where(solve, 1 / ratio, torch.full_like(a1, 2.0))
-    for _ in range(max_iter):
-        inv = (mu.unsqueeze(-1) - c).reciprocal_()        # 1/(mu - c_i) > 0 (mu > 1 >= c_i)
-        r = c * inv
-        h = torch.where(solve, r.sum(-1), torch.ones_like(mu))   # h(mu) > 0
-        hp = r.mul_(inv).sum(-1)                          # -h'(mu)
-        u = 1.0 / h + mu * ratio - 1.0
-        du = hp / (h * h) + ratio
-        new = torch.minimum(torch.maximum(mu - u / du, torch.ones_like(mu)), mu_max)
-        new = torch.where(solve, new, mu)
-        done = bool(((new - mu).abs() <= tol * new).all())
-        mu = new
-        if done:
-            break
-    lam = torch.where(solve, mu * a2, a1)
-    return torch.where(single, torch.zeros_like(lam), lam)
+    lead, length = a.shape[:-1], a.shape[-1]
+    if length == 1:
+        return torch.zeros(lead, dtype=torch.float64)
+    a = a.reshape(-1, length)
+    pooled = tail is not None and length > 4
+    top = a.topk(4 if pooled else 2, dim=-1)
+    a1, a2 = top.values[:, 0], top.values[:, 1]
+    solve = ~(((a1 - a2) <= tie_tol * a1) | (a2 <= 0))
+    mu = torch.zeros_like(a1)
+    if bool(solve.any()):
+        scale = torch.where(solve, a2, torch.ones_like(a2))
+        ratio = scale / torch.where(solve, a1, torch.ones_like(a1))             # a_(2)/a_(1)
+        others = a.scatter(-1, top.indices[:, :1], 0.0)                         # the top key removed
+        # c = others / a_(2): one multiplication, unless a_(2) is subnormal (1/a_(2) overflows)
+        if bool((scale < _TINY).any()):
+            c = others / scale.unsqueeze(-1)
+        else:
+            c = others * torch.reciprocal(scale).unsqueeze(-1)
+        dense = solve
+        if pooled:
+            # rows whose fourth weight is below the threshold: second and third key exactly, the
+            # rest as one pole (numpy, a few operations per row); the other rows over all keys.
+            # Only when such rows are the majority: otherwise the split costs more than it saves.
+            few = solve & (top.values[:, 3] <= tau * scale)
+            if 2 * int(few.sum()) >= int(solve.sum()):
+                head = top.values[:, 1:3] / scale.unsqueeze(-1)                # 1 and c_(3)
+                weight = (c.sum(-1) - head.sum(-1)).clamp_min(0)
+                squares = (torch.linalg.vecdot(c, c) - torch.linalg.vecdot(head, head)).clamp_min(0)
+                pole = torch.where(weight > 0, squares / torch.where(weight > 0, weight, 1.0), 0.0)
+                f = few.numpy()
+                mu_np = mu.numpy()
+                mu_np[f] = _pooled_newton(head.numpy()[f], ratio.numpy()[f], weight.numpy()[f],
+                                          pole.clamp(0, tau).numpy()[f], tol=tol, max_iter=max_iter)
+                dense = solve & ~few
+        if bool(dense.all()):
+            mu = _secular_newton(c, ratio, dense, tol=tol, max_iter=max_iter)
+        elif bool(dense.any()):                              # only those rows, compacted
+            sub = c[dense]
+            mu[dense] = _secular_newton(sub, ratio[dense], torch.ones(len(sub), dtype=torch.bool),
+                                        tol=tol, max_iter=max_iter)
+    lam = torch.where(solve, mu * a2, torch.where(a2 > 0, a1, torch.zeros_like(a1)))
+    return lam.reshape(lead)
 
 
 def softmax_jacobian_norm(weights: Tensor, temperature: float = 1.0) -> Tensor:
@@ -185,11 +310,24 @@ def softmax_jacobian_norm(weights: Tensor, temperature: float = 1.0) -> Tensor:
     return top_eigenvalue(weights) / check_temperature(temperature)
 
 
+def _complement(a: Tensor) -> Tensor:
+    """``1 - a_i`` for every weight of rows ``a`` [..., L] (sum 1), without cancellation.
+
+    For the largest weight of a row ``1 - a_i`` is computed as the sum of the other weights
+    (``1 - a_(1)`` in floating point is 0 once the rest is below 1e-16); every other weight is at
+    most 1/2, so ``1 - a_i >= 1/2`` is exact to rounding. Shapes: [..., L] -> [..., L].
+    """
+    is_top = torch.zeros_like(a, dtype=torch.bool).scatter(-1, a.argmax(-1, keepdim=True), True)
+    rest_of_top = torch.where(is_top, torch.zeros_like(a), a).sum(-1, keepdim=True)
+    return torch.where(is_top, rest_of_top, 1 - a)
+
+
 def spectral_norm_bounds(weights: Tensor, temperature: float = 1.0) -> tuple[Tensor, Tensor]:
     """Cheap two-sided bounds on the softmax Jacobian's spectral norm, per row.
 
     Lower: ``a_(2) / T`` (interlacing). Upper: ``min(a_(1), 2 max_i a_i (1 - a_i)) / T``
-    (interlacing, and the variance bound proven in the chapter), which is at most ``1/(2T)``.
+    (interlacing, and the variance bound proven in the chapter), which is at most ``1/(2T)``;
+    ``1 - a_(1)`` is the sum of the other weights (no cancellation on nearly one-hot rows).
     Shapes: [..., L] -> two tensors [...] (float64).
     """
     t = check_temperature(temperature)
@@ -198,7 +336,7 @@ def spectral_norm_bounds(weights: Tensor, temperature: float = 1.0) -> tuple[Ten
         zero = torch.zeros(a.shape[:-1], dtype=torch.float64)
         return zero, zero
     top = a.topk(2, dim=-1).values
-    upper = torch.minimum(top[..., 0], 2 * (a * (1 - a)).amax(-1))
+    upper = torch.minimum(top[..., 0], 2 * (a * _complement(a)).amax(-1))
     return top[..., 1] / t, upper / t
 
 
@@ -207,21 +345,29 @@ def softmax_jacobian_row_norms(weights: Tensor, temperature: float = 1.0) -> Ten
 
     ``a_i sqrt((1 - a_i)^2 + sum_{j != i} a_j^2) / T``; at most ``sqrt(2)/(4T)``, attained at a
     two-way tie. Shapes: [..., L] -> [..., L] (float64).
+
+    Computed without underflow or cancellation: ``1 - a_i`` by :func:`_complement`; for the
+    largest weight the root is taken in units of the second-largest weight ``m = a_(2)``,
+    ``m sqrt((rest/m)^2 + sum_j (a_j/m)^2)`` with every ratio in ``[0, L]``, so a row whose
+    remaining mass is 1e-200 (squares 1e-400) keeps its norm ~1e-200 (relative accuracy ~1e-15
+    while ``m`` is a normal float). For any other weight ``sum_{j != i} a_j^2 >= a_(1)^2 >= 1/L^2``
+    does not underflow.
     """
     t = check_temperature(temperature)
     a = _simplex(weights)
-    sq = a * a
-    s2 = sq.sum(-1, keepdim=True)
-    # sum_{j != i} a_j^2 without cancellation: for the largest weight sum the others directly;
-    # for any other i, s2 - a_i^2 >= a_(1)^2 >= a_i^2 loses at most a factor 2.
-    # and 1 - a_i likewise: for the largest weight, the sum of the others.
+    rest = _complement(a)
     top = a.argmax(-1, keepdim=True)
     is_top = torch.zeros_like(a, dtype=torch.bool).scatter(-1, top, True)
-    others_of_top = torch.where(is_top, torch.zeros_like(sq), sq).sum(-1, keepdim=True)
-    others = torch.where(is_top, others_of_top, s2 - sq).clamp_min(0)
-    rest_of_top = torch.where(is_top, torch.zeros_like(a), a).sum(-1, keepdim=True)
-    rest = torch.where(is_top, rest_of_top, 1 - a)
-    return a * (rest ** 2 + others).sqrt() / t
+    # every row but the largest: sum_{j != i} a_j^2 = s2 - a_i^2 >= a_(1)^2 (no cancellation)
+    sq = a * a
+    others = (sq.sum(-1, keepdim=True) - sq).clamp_min(0)
+    plain = (rest ** 2 + others).sqrt()
+    # the largest weight's row, in units of m = a_(2) (the largest of the others)
+    without_top = torch.where(is_top, torch.zeros_like(a), a)
+    m = without_top.amax(-1, keepdim=True)
+    safe = torch.where(m > 0, m, torch.ones_like(m))
+    scaled = m * ((rest.gather(-1, top) / safe) ** 2 + ((without_top / safe) ** 2).sum(-1, keepdim=True)).sqrt()
+    return a * torch.where(is_top, scaled, plain) / t
 
 
 def lemma2_bound(values: Tensor, derivatives: Tensor) -> tuple[Tensor, Tensor]:
@@ -256,6 +402,108 @@ def log_derivative_bound(values: Tensor, derivatives: Tensor) -> Tensor:
     values = values.to(torch.float64)
     rho = (derivatives.to(torch.float64) / values).abs().amax(-1)
     return top_eigenvalue(values) * rho
+
+
+def adversarial_rows(keys: int = 6, starts: int = 32, steps: int = 120, seed: int = 0) -> Tensor:
+    """Weight rows that make ``lambda_max(diag(a) - a a^T)`` as large as gradient ascent can.
+
+    ``starts`` random logit vectors over ``keys`` keys (standard normal, scaled by 3) are pushed
+    uphill on ``lambda_max`` of their softmax (Adam, ``steps`` steps, ``torch.linalg.eigvalsh``
+    on the small matrices). A search, not a proof: what it finds is measured, and compared with
+    the proven supremum 1/2 and the paper's 1/4. Returns the rows [starts, keys] (float64).
+    """
+    if keys < 2 or starts < 1 or steps < 0:
+        raise ValueError(f"need keys >= 2, starts >= 1, steps >= 0 (got {keys}, {starts}, {steps})")
+    gen = torch.Generator().manual_seed(int(seed))
+    z = (3 * torch.randn(starts, keys, dtype=torch.float64, generator=gen)).requires_grad_(True)
+    opt = torch.optim.Adam([z], lr=0.1)
+    for _ in range(steps):
+        a = torch.softmax(z, -1)
+        top = torch.linalg.eigvalsh(torch.diag_embed(a) - a.unsqueeze(-1) * a.unsqueeze(-2))[..., -1]
+        opt.zero_grad()
+        (-top.sum()).backward()
+        opt.step()
+    return torch.softmax(z.detach(), -1)
+
+
+def lemma2_table():
+    """Lemma 2's bound against the exact norm on two families (a pandas DataFrame).
+
+    Softmax at T = 1 with one logit at 0 and seven at ``-spread`` (``min F = e^-spread`` -> 0),
+    and ``F(l) = l`` on eight logits in ``[delta, 2 delta]`` (``min F = delta`` -> 0). Columns: the
+    exact ``||J||_2``, the reconstructed bound's two lines (:func:`lemma2_bound`) and the sharp
+    log-derivative bound ``max|F'/F| / 2``.
+    """
+    import pandas as pd
+
+    rows = []
+    for spread in (1.0, 5.0, 20.0, 60.0):
+        logits = torch.tensor([[0.0] + [-spread] * 7], dtype=torch.float64)
+        f = torch.exp(logits)
+        first, second = lemma2_bound(f, f)
+        rows.append({"normaliser": "softmax, T = 1", "min F": float(f.min()),
+                     "‖J‖₂ exact": float(softmax_jacobian_norm(torch.softmax(logits, -1), 1.0)),
+                     "Lemma 2, first line": float(first), "Lemma 2, second line": float(second),
+                     "max|F'/F| / 2": 0.5})
+    for delta in (1.0, 1e-1, 1e-2, 1e-3):
+        values = delta * (1 + torch.linspace(0, 1, 8, dtype=torch.float64))[None]
+        first, second = lemma2_bound(values, torch.ones_like(values))
+        exact = torch.linalg.matrix_norm(general_jacobian(values, torch.ones_like(values)), ord=2)
+        rows.append({"normaliser": "F(l) = l", "min F": delta, "‖J‖₂ exact": float(exact),
+                     "Lemma 2, first line": float(first), "Lemma 2, second line": float(second),
+                     "max|F'/F| / 2": 0.5 / delta})
+    return pd.DataFrame(rows)
+
+
+def _lemma2_maps():
+    """Four positive maps ``F`` with their derivatives, for :func:`lemma2_worst_ratio`."""
+    return {
+        "exp(l)": (torch.exp, torch.exp),
+        "softplus(l)": (torch.nn.functional.softplus, torch.sigmoid),
+        "l^2 + 0.1": (lambda x: x * x + 0.1, lambda x: 2 * x),
+        "1 / (1 + l^2)": (lambda x: 1 / (1 + x * x), lambda x: -2 * x / (1 + x * x) ** 2),
+    }
+
+
+def lemma2_worst_ratio(rows: int = 128, keys: int = 12, scales=(0.3, 1.0, 3.0, 10.0), seed: int = 0):
+    """The largest ``||J||_2 / (Lemma 2's second line)`` per map, over random rows (a dict).
+
+    For each of four positive maps ``F`` (exp, softplus, ``l^2 + 0.1``, ``1/(1 + l^2)``) and each
+    logit scale, ``rows`` rows of ``keys`` standard-normal logits times the scale; ``||J||_2`` is
+    the exact spectral norm of :func:`general_jacobian` (``torch.linalg.matrix_norm``), the bound
+    :func:`lemma2_bound`'s second line. A value above 1 would be a counterexample to the bound.
+    """
+    if rows < 1 or keys < 2 or not scales:
+        raise ValueError(f"need rows >= 1, keys >= 2 and a scale (got {rows}, {keys}, {scales!r})")
+    gen = torch.Generator().manual_seed(int(seed))
+    logits = torch.cat([float(s) * torch.randn(rows, keys, dtype=torch.float64, generator=gen)
+                        for s in scales])
+    out = {}
+    for name, (f, df) in _lemma2_maps().items():
+        values, derivatives = f(logits), df(logits)
+        exact = torch.linalg.matrix_norm(general_jacobian(values, derivatives), ord=2)
+        out[name] = float((exact / lemma2_bound(values, derivatives)[1]).max())
+    return out
+
+
+def sqrt_five_table(temperatures=(1.0, 0.1), epsilons=(1e-3, 1e-1, 10.0), others: int = 6):
+    """Section 2.3's example computed: ``l1 = (1 + eps, 1, ...)``, ``l2 = (1 - eps, 1 + eps, ...)``
+    with ``others`` further keys at -30, at every ``(T, eps)`` (a pandas DataFrame): the logit
+    distance (sqrt(5) eps), the weight change, its first-order value ``3 sqrt(2)/4 eps/T`` and the
+    gain ``||d alpha|| T / eps`` in units of ``3 sqrt(2)/4``."""
+    import pandas as pd
+
+    lead = 3 * SQRT2 / 4
+    rows = []
+    extra = torch.full((others,), -30.0, dtype=torch.float64)
+    for t in temperatures:
+        for e in epsilons:
+            l1 = torch.cat([torch.tensor([1 + e, 1.0], dtype=torch.float64), extra])
+            l2 = torch.cat([torch.tensor([1 - e, 1 + e], dtype=torch.float64), extra])
+            change = float((torch.softmax(l1 / t, -1) - torch.softmax(l2 / t, -1)).norm())
+            rows.append({"T": t, "ε": e, "ε/T": e / t, "‖Δℓ‖": float((l1 - l2).norm()), "‖Δα‖": change,
+                         "3√2/4 · ε/T": lead * e / t, "gain / (3√2/4)": change * t / e / lead})
+    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------- envelopes
@@ -393,24 +641,36 @@ class _Accumulator:
             self.sums[name] = value if cur is None else cur + value
 
 
-def _row_stats(logits: Tensor, temperatures: Tensor, epsilons: Tensor, directions: Tensor) -> dict[str, Tensor]:
-    """Per-T sums over the row dimension (-2) of every per-row statistic, for one block of rows."""
+def _row_stats(logits: Tensor, temperatures: Tensor, epsilons: Tensor, directions: Tensor, *,
+               group_elements: int = 1 << 20) -> dict[str, Tensor]:
+    """Per-T sums over the row dimension (-2) of every per-row statistic, for one block of rows.
+
+    Temperatures are processed several at a time (stacked on a leading axis, about
+    ``group_elements`` weights per group), so short causal rows do not pay torch's per-call cost
+    once per temperature.
+    """
     l64 = logits.to(torch.float64)
     v = directions.to(torch.float64)
-    ebroad = epsilons.reshape((-1,) + (1,) * l64.dim())
+    nd = l64.dim()
+    ebroad = epsilons.reshape((-1,) + (1,) * nd)
     shifted = l64.unsqueeze(0) + ebroad * v.unsqueeze(0)                # [nE, ..., L]
-    inv_e = (1.0 / epsilons).reshape((-1,) + (1,) * (l64.dim() - 1))
+    inv_e = (1.0 / epsilons).reshape((1, -1) + (1,) * (nd - 1))
+    group = max(1, group_elements // max(1, shifted.numel()))
     out: dict[str, list[Tensor]] = {k: [] for k in ("g", "g_linear", "norm_mean", "norm_max")}
-    for t in temperatures.tolist():
-        a = _softmax64(l64 * (1.0 / t))
-        pert = _softmax64(shifted * (1.0 / t))
-        pert -= a
+    for start in range(0, temperatures.numel(), group):
+        t = temperatures[start:start + group]
+        inv_t = t.reciprocal().reshape((-1,) + (1,) * nd)                 # [g, 1, ...]
+        a = _softmax64(l64.unsqueeze(0) * inv_t)                         # [g, ..., L]
+        pert = _softmax64(shifted.unsqueeze(0) * inv_t.unsqueeze(1))     # [g, nE, ..., L]
+        pert -= a.unsqueeze(1)
         out["g"].append((torch.linalg.vector_norm(pert, dim=-1) * inv_e).sum(-1))
-        out["g_linear"].append(linearised_sensitivity(a, v, t).sum(-1))
-        norm = top_eigenvalue(a, tol=1e-10, validate=False) / t
+        jv = a * v
+        jv -= a * jv.sum(-1, keepdim=True)
+        out["g_linear"].append((torch.linalg.vector_norm(jv, dim=-1) * inv_t.squeeze(-1)).sum(-1))
+        norm = top_eigenvalue(a, tol=1e-10, validate=False, tail=SECULAR_TAIL) * inv_t.squeeze(-1)
         out["norm_mean"].append(norm.sum(-1))
         out["norm_max"].append(norm.amax(-1))
-    return {k: torch.stack(v_) for k, v_ in out.items()}
+    return {k: torch.cat(v_) for k, v_ in out.items()}
 
 
 def sensitivity_profile(logit_blocks: Iterable[Tensor], temperatures=None, epsilons=(1e-3, 1e-1, 10.0),
@@ -474,31 +734,3 @@ def default_rows(length: int, count: int = 64) -> Tensor:
         raise ValueError(f"windows need at least 2 tokens (got L={length})")
     count = max(1, min(int(count), length))
     return torch.linspace(length / count - 1, length - 1, count).round().long().clamp(0, length - 1)
-
-
-def model_sensitivity(loaded, windows: Tensor, temperatures=None, epsilons=(1e-3, 1e-1, 10.0), *,
-                      rows: Tensor | Sequence[int] | None = None, row_count: int = 64,
-                      seed: int = 0) -> SensitivityProfile:
-    """Fig. 4 on a model: :func:`sensitivity_profile` over the logits of every window.
-
-    ``loaded`` is a :class:`normlimits.models.LoadedModel`, ``windows`` [W, L] token ids. Logits are
-    GPT-2's ``q.k / sqrt(d_head)`` (so T = 1 is the model's operating point) at query positions
-    ``rows`` (default :func:`default_rows` with ``row_count``), one forward pass per window.
-    Returns per-head statistics of shape [.., layers, heads]; ``seconds`` includes the forward passes.
-    """
-    import time
-
-    from normlimits import capture
-
-    start = time.perf_counter()
-    length = int(windows.shape[-1])
-    row_index = default_rows(length, row_count) if rows is None else torch.as_tensor(rows).long()
-
-    def blocks():
-        for cap in capture.iter_captures(loaded, windows):
-            yield cap.logits(row_index)
-
-    profile = sensitivity_profile(blocks(), temperatures, epsilons, seed=seed)
-    profile.seconds = time.perf_counter() - start
-    profile.extra["row_positions"] = row_index
-    return profile

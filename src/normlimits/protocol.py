@@ -23,9 +23,12 @@ __all__ = [
     "SEPARABILITY_PLATEAU", "SEPARABILITY_MONITOR_BAND", "MULTIHEAD_P", "MULTIHEAD_H",
     "MULTIHEAD_COVERAGE", "EPSILONS", "TEMPERATURE_RANGE", "TEMPERATURES_PER_DECADE",
     "SHARP_T", "HIGH_T", "G_DROP_ORDERS", "LINEAR_EXPONENT_BAND", "JACOBIAN_ROWS",
+    "GUIDELINE_TEMPERATURES", "GUIDELINE_N_GRID", "SECULAR_TAIL", "TR_TEMPERATURES", "TR_SEEDS",
+    "TR_HARDER_SPREADS", "TR_GRADIENT_RATIO", "TR_LEARNED_BITS",
     "SEPARABILITY_SPACED_ROWS", "SEPARABILITY_SENSITIVITY_ROWS", "SEPARABILITY_HIDDEN_ROWS",
     "SEPARABILITY_FLAT_SLOPE", "SEPARABILITY_TEMPERATURES", "SEPARABILITY_TEMPERATURE_ROWS",
     "PAPER_TABLE1", "PaperTime", "CHAPTER_BUDGET_SECONDS",
+    "LARGER_GPT2_VARIANTS", "VARIANT_EXPONENT_GAP",
     "ALT_FLAT_EXPONENT", "ALT_EXPONENT_GAIN", "ALT_SEPARABILITY_MARGIN", "ALT_DECOUPLING_FACTOR",
     "ALT_KS_ALPHA", "ALT_GAMMA_FACTORS", "ALT_GAMMA_REGIME", "ALT_SINK_LOGITS", "ALT_ROWS",
     "ALT_JACOBIAN_ROWS", "ALT_JACOBIAN_WINDOWS", "ALT_LANCZOS_STEPS", "ALT_SWEEP_WINDOWS",
@@ -43,6 +46,12 @@ PAPER_HEADS = 144
 PAPER_PARAMETERS = 124_000_000
 #: paper, Section 3.1: lengths run up to 1024 (GPT-2's context)
 MAX_LENGTH = 1024
+#: paper, Section 3: "larger variants" gave "qualitatively identical trends" (not named); book:
+#: GPT-2 355M, the next size up, tested when it can be loaded
+LARGER_GPT2_VARIANTS = ("gpt2-medium",)
+#: book: "identical trend" for the vanishing yardstick means the median head's exponent of the
+#: largest weight against L moves by at most this much (a fifth of the 1/L law's exponent)
+VARIANT_EXPONENT_GAP = 0.2
 
 
 def length_grid(shortest: int = 32, longest: int = MAX_LENGTH) -> list[int]:
@@ -147,6 +156,26 @@ HIGH_T = 1.0
 G_DROP_ORDERS = 2.0
 #: book: query rows per window for the Jacobian measurements
 JACOBIAN_ROWS = 64
+#: book: temperatures at which the gradients chapter measures N_s/N beside the Jacobian
+#: (guideline 3: "pushing T below 0.1 raises Jacobian norms without improving separability")
+GUIDELINE_TEMPERATURES = (0.01, 0.03, 0.1, 0.3, 1.0)
+#: book: the N values of that N_s/N measurement (below, at and beyond the paper's knee at 16)
+GUIDELINE_N_GRID = (4, 16, 64)
+#: book: the exact Jacobian spectral norm is computed with weights below this fraction of the
+#: row's second-largest weight summed into two moments; the relative error this allows is at
+#: most tail^2 / (1 - tail) (proven in the gradients chapter)
+SECULAR_TAIL = 1e-5
+#: book: training at temperature (the paper trains nothing): temperatures (the lowest against
+#: the stock T = 1), seeds per
+#: temperature, and the grading thresholds: a held-out difference counts only beyond this many
+#: seed spreads; "larger gradients" is at least this ratio of query/key gradient norms
+TR_TEMPERATURES = (0.03, 1.0)
+TR_SEEDS = (0, 1, 2)
+TR_HARDER_SPREADS = 1.0
+TR_GRADIENT_RATIO = 2.0
+#: book: the comparison is meaningful only when the T = 1 models beat the bigram baseline of the
+#: held-out split by at least this many bits per byte (the budget trained them at all)
+TR_LEARNED_BITS = 0.1
 
 
 # ------------------------------------------------------- alternatives (Section 4, Discussion)

@@ -1,6 +1,6 @@
 """The stand-in: a byte-level GPT-2 the project trains on the corpus, for machines without GPT-2.
 
-Design section 4. A ``GPT2LMHeadModel`` (4 layers x 4 heads = 16 heads, width 192,
+A ``GPT2LMHeadModel`` (4 layers x 4 heads = 16 heads, width 192,
 ``n_positions`` 1024, vocabulary 256 bytes + 1 special), trained deterministically (fixed seed,
 fixed threads) on 95% of the corpus in two phases:
 
@@ -8,25 +8,10 @@ fixed threads) on 95% of the corpus in two phases:
 2. the position table beyond 256 is extrapolated (:func:`extend_position_table`), then 1024-token
    windows, 4 a step, teach attention the long context.
 
-The learned position table starts from a small sinusoidal table (:func:`sinusoidal_positions`):
-a relative offset is then the same rotation at every absolute position, which shortens phase 1,
-and positions never trained can be extrapolated as "sinusoid plus the learned correction of a
-typical position" (measured: the loss at the switch to 1024 rose to 3.45 bits per byte with it,
-3.55 without). Measured here and rejected (2 cores): 550 steps at 256 then 250-300 steps at 1024,
-with or without the extrapolation, left positions 256-1023 at the bigram level (3.49 bits per
-byte against 2.74-2.78 below 256), so phase 2 needs its ~550 steps; 256-token windows at random offsets of the table (to train every position cheaply),
-as a middle phase undid phase 1 (3.5 bits per byte, from 2.8), and from the start stayed near
-3.6 after 550 steps; GPT-2's random position table instead of the sinusoidal one stayed on the
-bigram plateau ~150 steps longer. Recipe 8 (350 steps at 256, 550 at 1024, 527 s) reached 2.92 /
-3.17 / 3.38 bits per byte by band against the bigram's 3.47 / 3.49 / 3.49: a margin of only 0.10
-in 512-1023, with the loss still falling 0.1 bit per 100 steps at the end, so recipe 9 moves 50
-steps from the short phase to the long one and adds 100 more. Screened after 300 constant-rate
-steps at 256 (8 held-out windows, bigram 3.48 / 3.52 / 3.44): the bands 256+ start the long
-phase at 3.76 / 3.63 with the extrapolated table, 3.70 / 3.57 with rows 128-255 repeated
-periodically, and after 200 steps at 1024 (extrapolated table) stand at 3.31 / 3.52 / 3.46,
-i.e. the long positions need most of the long phase. Recipe 9 (this one) measured, 2 cores,
-588 s: 2.89 / 2.99 / 3.10 bits per byte against the bigram's 3.47 / 3.49 / 3.49 (gains 0.58 /
-0.50 / 0.38), 3.02 overall.
+The learned position table starts from a small sinusoidal table (:func:`sinusoidal_positions`),
+and at the switch to 1024 positions the rows never trained are extrapolated. Every recipe tried
+before this one, with what it measured, is recorded in :mod:`normlimits.standin_diary` and shown on
+the book's page "How the stand-in was trained".
 
 It is cached under a key of its configuration, recipe and the corpus sha256 (saved atomically with
 ``save_pretrained``), and reports held-out bits per byte per position band next to a bigram

@@ -1,13 +1,15 @@
 """Training at temperature: small byte-level GPT-2s whose attention logits are divided by T.
 
-The paper asserts (§2.3, §4, guideline 3) that softmax's gradient sensitivity makes training hard
-at low temperature, but measures no training. This module measures it: the same small
-GPT-2-architecture model (same seed, so the same initial weights; the same batches; the same
-optimiser and budget) is trained with ``alpha = softmax(q.k / (sqrt(d_head) T))`` for several T,
-recording per step the training loss and the gradient norms of the attention parameters
-(``W_Q``, ``W_K``, ``W_V`` of ``c_attn`` and ``W_O`` = ``c_proj``), and every few steps attention
-statistics on a fixed probe batch (entropy, largest weight, the Jacobian spectral norm at the
-model's own T). It reuses the stand-in's training loop, :func:`normlimits.standin.train_language_model`.
+The paper asserts (Sec. 2.3, Sec. 4, guideline 3) that softmax's gradient sensitivity makes
+training hard at low temperature, but measures no training. This module measures it: the same
+small GPT-2-architecture model (2 layers x 4 heads x width 128, 0.45M parameters) is trained with
+``alpha = softmax(q.k / (sqrt(d_head) T))`` for several T and several seeds (a seed fixes the
+initial weights and the batches; a temperature changes neither), recording per step the training
+loss and the gradient norms of the attention parameters (``W_Q``, ``W_K``, ``W_V`` of ``c_attn``
+and ``W_O`` = ``c_proj``), and every few steps attention statistics on a fixed probe batch
+(entropy, largest weight, the Jacobian spectral norm at the model's own T, the logit spread). It
+reuses the stand-in's training loop, :func:`normlimits.standin.train_language_model`.
+:func:`summarise_study` compares temperatures in units of the seed spread.
 
 Temperature enters exactly where GPT-2 applies its ``1/sqrt(d_head)``: every attention module's
 ``scaling`` attribute (which GPT-2 passes to whichever attention kernel runs, eager or sdpa) is
@@ -18,8 +20,8 @@ exactly at T = 1 (tested, with causality and the weights' ``softmax(q.k / (sqrt(
 Saved and reloaded models lose T (``scaling`` is recomputed on construction): nothing here saves
 models, only the measurements.
 
-Results are cached as JSON (atomically, under a lock) keyed by the configuration, the recipe, the
-temperatures and the corpus sha256, like the stand-in.
+Each run's measurements are cached as JSON (atomically, under a per-run lock) keyed by the model
+configuration, the recipe, T, the seed, the corpus sha256 and torch's version, like the stand-in.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from __future__ import annotations
 import fcntl
 import json
 import math
-import time
+import os
+from contextlib import contextmanager
+from copy import deepcopy
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,21 +39,24 @@ import torch
 
 from .cache import atomic_write_json, cache_path
 from .normalizers import check_temperature
-from .settings import configure_torch
+from .protocol import TR_SEEDS, TR_TEMPERATURES
+from .settings import THREADS_ENV, configure_torch
 
 TEMPERATURE_KEY = "attention_temperature"
 
 #: The small model: 2 layers x 4 heads x 128 wide, 128 positions, byte vocabulary (+1 special).
 TR_CONFIG = dict(vocab_size=257, n_positions=128, n_embd=128, n_layer=2, n_head=4, bos_token_id=256,
                  eos_token_id=256, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-TR_TEMPERATURES = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 TR_POSITIONS = 128
 TR_BATCH = 16
 TR_STEPS = 600
 TR_LR = 1e-3
 TR_SEED = 0
 PROBE_EVERY = 25
-RECIPE_VERSION = 1
+#: torch threads while training: one (the small model's kernels do not profit from a second
+#: thread, and a fixed count makes the runs reproducible bit for bit)
+TR_THREADS = 1
+RECIPE_VERSION = 3
 
 
 # --------------------------------------------------------------------------- temperature
@@ -141,14 +148,12 @@ def attention_probe(model, probe_ids: torch.Tensor, rows: int = 32) -> dict[str,
     from .jacobian import softmax_jacobian_norm
     from .models import LoadedModel, byte_encode
 
-    was_training = model.training
-    model.eval()
-    try:
-        loaded = LoadedModel(model=model, name="probe", source="temperature training", encode=byte_encode,
-                             tokenizer_kind="bytes", is_paper_model=False)
-        cap = capture_batch(loaded, probe_ids)
-    finally:
-        model.train(was_training)
+    # a float64 copy: at low T the logits are large, and float32 rounding alone moves the weights
+    # by more than the capture's float32 check allows (1e-5); the training model is untouched
+    copy = deepcopy(model).double().eval()
+    loaded = LoadedModel(model=copy, name="probe", source="temperature training", encode=byte_encode,
+                         tokenizer_kind="bytes", is_paper_model=False)
+    cap = capture_batch(loaded, probe_ids)
     t = model_temperature(model)
     length = probe_ids.shape[-1]
     row_index = torch.arange(max(0, length - rows), length)
@@ -167,14 +172,15 @@ def attention_probe(model, probe_ids: torch.Tensor, rows: int = 32) -> dict[str,
 
 @dataclass
 class TemperatureRun:
-    """One training run at temperature ``temperature``.
+    """One training run at temperature ``temperature`` from seed ``seed``.
 
     ``losses``: training loss per step (bits per byte); ``grad_norms``: name -> per-step gradient
     norm (see :func:`attention_gradient_norms`); ``probe``: name -> values at ``probe_steps``
     (see :func:`attention_probe`); ``held_out_bits`` / ``bigram_bits``: held-out bits per byte of
     the trained model and of the bigram baseline on the same split; ``plateau_step``: first step at
     which the 25-step running mean of the training loss is 0.1 bits below the bigram baseline
-    (``None`` if never); ``seconds``: wall time of the training.
+    (``None`` if never); ``seconds``: wall time of the training; ``from_cache``: loaded, not
+    trained, in this process.
     """
 
     temperature: float
@@ -186,29 +192,59 @@ class TemperatureRun:
     bigram_bits: float
     plateau_step: int | None
     seconds: float
+    seed: int = TR_SEED
+    from_cache: bool = False
+
+    def qk_gradient(self) -> list[float]:
+        """Per-step gradient norm of the query and key weights together, ``sqrt(|dW_Q|^2 + |dW_K|^2)``."""
+        return [math.hypot(q, k) for q, k in zip(self.grad_norms["q"], self.grad_norms["k"])]
 
 
 @dataclass
 class TemperatureStudy:
-    """All runs of one study, plus what they share (configuration, recipe, corpus, cache path)."""
+    """All runs of one study (every temperature x seed), plus what they share."""
 
     runs: list[TemperatureRun]
     config: dict
     recipe: dict
     corpus_sha256: str
-    path: str = ""
-    from_cache: bool = False
     extra: dict = field(default_factory=dict)
 
     @property
     def temperatures(self) -> list[float]:
-        return [r.temperature for r in self.runs]
+        """The study's temperatures, in increasing order."""
+        return sorted({r.temperature for r in self.runs})
 
-    def run(self, temperature: float) -> TemperatureRun:
-        for r in self.runs:
-            if math.isclose(r.temperature, temperature):
+    @property
+    def seeds(self) -> list[int]:
+        return sorted({r.seed for r in self.runs})
+
+    @property
+    def from_cache(self) -> bool:
+        """True when every run was loaded from the cache."""
+        return all(r.from_cache for r in self.runs)
+
+    @property
+    def trained_seconds(self) -> float:
+        """Wall time the runs took when they were trained (cached runs: as recorded then)."""
+        return float(sum(r.seconds for r in self.runs))
+
+    def at(self, temperature: float) -> list[TemperatureRun]:
+        """The runs at ``temperature`` (one per seed), by seed."""
+        runs = sorted((r for r in self.runs if math.isclose(r.temperature, temperature)), key=lambda r: r.seed)
+        if not runs:
+            raise KeyError(f"no run at T={temperature}; the study has {self.temperatures}")
+        return runs
+
+    def run(self, temperature: float, seed: int | None = None) -> TemperatureRun:
+        """One run at ``temperature`` (the first seed unless ``seed`` is given)."""
+        runs = self.at(temperature)
+        if seed is None:
+            return runs[0]
+        for r in runs:
+            if r.seed == seed:
                 return r
-        raise KeyError(f"no run at T={temperature}; the study has {self.temperatures}")
+        raise KeyError(f"no run at T={temperature} with seed {seed}; seeds {[r.seed for r in runs]}")
 
 
 LN2 = math.log(2.0)
@@ -224,6 +260,23 @@ def plateau_step(losses_bits, baseline_bits: float, margin: float = 0.1, window:
     return int(below[0]) + window - 1 if len(below) else None
 
 
+@contextmanager
+def _torch_threads(count: int):
+    """Run with ``count`` torch threads (the thread setting too, which the training loop reads),
+    restoring both afterwards."""
+    previous_env, previous = os.environ.get(THREADS_ENV), torch.get_num_threads()
+    os.environ[THREADS_ENV] = str(count)
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if previous_env is None:
+            os.environ.pop(THREADS_ENV, None)
+        else:
+            os.environ[THREADS_ENV] = previous_env
+        torch.set_num_threads(previous)
+
+
 def train_at_temperature(temperature: float, train_ids: torch.Tensor, held_out_ids: torch.Tensor, *,
                          steps: int = TR_STEPS, positions: int = TR_POSITIONS, batch: int = TR_BATCH,
                          lr: float = TR_LR, seed: int = TR_SEED, probe_every: int = PROBE_EVERY,
@@ -231,8 +284,8 @@ def train_at_temperature(temperature: float, train_ids: torch.Tensor, held_out_i
                          ) -> TemperatureRun:
     """Train one small GPT-2 at temperature T with the stand-in's loop; returns its :class:`TemperatureRun`.
 
-    ``train_ids`` / ``held_out_ids``: byte token streams. The model, batches and optimiser depend on
-    ``seed`` only, not on T.
+    ``train_ids`` / ``held_out_ids``: byte token streams. The model's initial weights, the batches
+    and the optimiser depend on ``seed`` only, not on T.
     """
     from .standin import (Phase, bigram_bits_per_position, bigram_log_probs, held_out_windows,
                           model_bits_per_position, train_language_model)
@@ -262,69 +315,135 @@ def train_at_temperature(temperature: float, train_ids: torch.Tensor, held_out_i
         if (step + 1) % probe_every == 0 or step + 1 == steps:
             record(step + 1)
 
-    log = train_language_model(model, train_ids, (Phase(positions, batch, steps),), lr=lr, seed=seed,
-                               description=f"training at T={t:g}", on_step=on_step)
-    windows = held_out_windows(held_out_ids, length=positions, max_windows=64)
-    held = float(model_bits_per_position(model, windows).mean())
+    with _torch_threads(TR_THREADS):
+        log = train_language_model(model, train_ids, (Phase(positions, batch, steps),), lr=lr, seed=seed,
+                                   description=f"training at T={t:g}, seed {seed}", on_step=on_step)
+        windows = held_out_windows(held_out_ids, length=positions, max_windows=64)
+        held = float(model_bits_per_position(model, windows).mean())
     if bigram_bits is None:
         bigram_bits = float(bigram_bits_per_position(bigram_log_probs(train_ids), windows).mean())
     losses = [x / LN2 for x in log.losses]
     return TemperatureRun(temperature=t, losses=losses, grad_norms=grads, probe_steps=probe_steps,
                           probe=probe, held_out_bits=held, bigram_bits=float(bigram_bits),
-                          plateau_step=plateau_step(losses, float(bigram_bits)), seconds=log.seconds)
+                          plateau_step=plateau_step(losses, float(bigram_bits)), seconds=log.seconds,
+                          seed=int(seed))
 
 
-def study_key(corpus_sha256: str, temperatures, steps: int, positions: int, batch: int, lr: float,
-              seed: int) -> dict:
-    """Everything a cached study depends on."""
-    return {"config": TR_CONFIG, "temperatures": [float(t) for t in temperatures], "steps": steps,
-            "positions": positions, "batch": batch, "lr": lr, "seed": seed, "probe_every": PROBE_EVERY,
-            "recipe": RECIPE_VERSION, "corpus": corpus_sha256, "torch": torch.__version__.split("+")[0]}
+def run_key(corpus_sha256: str, temperature: float, seed: int, steps: int, positions: int,
+            batch: int, lr: float, config: dict | None = None) -> dict:
+    """Everything one cached run depends on (the cache file is named by its digest)."""
+    return {"config": dict(config or TR_CONFIG), "temperature": float(temperature), "seed": int(seed),
+            "steps": steps, "positions": positions, "batch": batch, "lr": lr,
+            "probe_every": PROBE_EVERY, "recipe": RECIPE_VERSION, "corpus": corpus_sha256,
+            "threads": TR_THREADS, "torch": torch.__version__.split("+")[0]}
 
 
-def _from_json(data: dict, path: Path) -> TemperatureStudy:
-    runs = [TemperatureRun(**r) for r in data["runs"]]
-    return TemperatureStudy(runs=runs, config=data["config"], recipe=data["recipe"],
-                            corpus_sha256=data["corpus_sha256"], path=str(path), from_cache=True,
-                            extra=data.get("extra", {}))
+def _run_from_json(data: dict) -> TemperatureRun:
+    fields = {k: v for k, v in data.items() if k in TemperatureRun.__dataclass_fields__}
+    return TemperatureRun(**{**fields, "from_cache": True})
 
 
-def temperature_study(corpus=None, temperatures=TR_TEMPERATURES, *, steps: int = TR_STEPS,
-                      positions: int = TR_POSITIONS, batch: int = TR_BATCH, lr: float = TR_LR,
-                      seed: int = TR_SEED, recompute: bool = False) -> TemperatureStudy:
-    """Train one model per temperature (or load the cached study) on ``corpus`` (default: the setting).
+def temperature_study(corpus=None, temperatures=TR_TEMPERATURES, seeds=TR_SEEDS, *,
+                      steps: int = TR_STEPS, positions: int = TR_POSITIONS, batch: int = TR_BATCH,
+                      lr: float = TR_LR, recompute: bool = False) -> TemperatureStudy:
+    """One model per (temperature, seed), trained or loaded from the cache, on ``corpus``.
 
-    Cached as JSON under ``<cache>/temperature-training/<digest>.json``, written atomically while
-    holding a lock, so concurrent callers wait for one training. Takes about ``len(temperatures)``
-    times 1-2 minutes on 2 cores the first time.
+    Each run is cached on its own as JSON under ``<cache>/temperature-training/<digest>.json``
+    (digest of :func:`run_key`: model configuration, recipe, T, seed, corpus sha256, torch
+    version), written atomically while holding a per-run lock, so concurrent builds wait for one
+    training and a new seed or temperature trains only what is missing. Cost when nothing is
+    cached: about ``len(temperatures) * len(seeds) * steps`` training steps (the chapter reports
+    the recorded seconds).
     """
     from .corpus import load_corpus
     from .standin import bigram_bits_per_position, bigram_log_probs, byte_tokens, held_out_windows, split_corpus
 
     configure_torch()
     temps = [check_temperature(t) for t in temperatures]
-    if not temps:
-        raise ValueError("at least one temperature is needed")
+    seed_list = [int(s) for s in seeds]
+    if not temps or not seed_list:
+        raise ValueError(f"at least one temperature and one seed are needed (got temperatures="
+                         f"{list(temperatures)}, seeds={list(seeds)})")
     corpus = corpus if corpus is not None else load_corpus()
-    key = study_key(corpus.sha256, temps, steps, positions, batch, lr, seed)
-    path = cache_path("temperature-training", key, ".json")
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if path.is_file() and not recompute:
-            return _from_json(json.loads(path.read_text()), path)
-        start = time.perf_counter()
-        train_ids, held_out_ids = split_corpus(byte_tokens(corpus.text))
-        windows = held_out_windows(held_out_ids, length=positions, max_windows=64)
-        bigram = float(bigram_bits_per_position(bigram_log_probs(train_ids), windows).mean())
-        runs = [train_at_temperature(t, train_ids, held_out_ids, steps=steps, positions=positions,
-                                     batch=batch, lr=lr, seed=seed, bigram_bits=bigram) for t in temps]
-        recipe = {k: key[k] for k in ("steps", "positions", "batch", "lr", "seed", "probe_every")}
-        study = TemperatureStudy(runs=runs, config=dict(TR_CONFIG), recipe=recipe, corpus_sha256=corpus.sha256,
-                                 path=str(path), extra={"seconds": time.perf_counter() - start,
-                                                        "threads": torch.get_num_threads()})
-        atomic_write_json(path, {"runs": [asdict(r) for r in runs], "config": study.config,
-                                 "recipe": recipe, "corpus_sha256": corpus.sha256, "extra": study.extra})
-        return study
+    split = None
+    runs = []
+    for t in temps:
+        for seed in seed_list:
+            path = cache_path("temperature-training",
+                              run_key(corpus.sha256, t, seed, steps, positions, batch, lr), ".json")
+            with open(path.with_suffix(".lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if path.is_file() and not recompute:
+                    runs.append(_run_from_json(json.loads(path.read_text())))
+                    continue
+                if split is None:
+                    train_ids, held_out_ids = split_corpus(byte_tokens(corpus.text))
+                    windows = held_out_windows(held_out_ids, length=positions, max_windows=64)
+                    bigram = float(bigram_bits_per_position(bigram_log_probs(train_ids), windows).mean())
+                    split = (train_ids, held_out_ids, bigram)
+                run = train_at_temperature(t, split[0], split[1], steps=steps, positions=positions,
+                                           batch=batch, lr=lr, seed=seed, bigram_bits=split[2])
+                atomic_write_json(path, {k: v for k, v in asdict(run).items() if k != "from_cache"})
+                runs.append(run)
+    recipe = {"steps": steps, "positions": positions, "batch": batch, "lr": lr,
+              "probe_every": PROBE_EVERY}
+    return TemperatureStudy(runs=runs, config=dict(TR_CONFIG), recipe=recipe,
+                            corpus_sha256=corpus.sha256, extra={"threads": torch.get_num_threads()})
+
+
+@dataclass(frozen=True)
+class StudySummary:
+    """What the TR verdict rests on, from a :class:`TemperatureStudy`.
+
+    ``table``: one row per temperature (mean, min, max and range over seeds of the held-out bits
+    per byte; median query/key gradient ratio to T = ``base``; final raw logit spread);
+    ``spread``: the seed spread, the larger range over seeds at ``low`` and at ``base``;
+    ``difference``: mean held-out bits at ``low`` minus at ``base``; ``in_spreads``: that
+    difference over the spread; ``gradient_ratio``: median over seeds of the ratio of the median
+    per-step query/key gradient norms at ``low`` and ``base`` (same seed); ``largest_range``: the
+    largest seed range at any temperature; ``learned``: the bigram baseline's held-out bits minus
+    the mean at ``base`` (how far the budget trained the stock model past the bigram plateau).
+    """
+
+    table: object
+    low: float
+    base: float
+    spread: float
+    difference: float
+    in_spreads: float
+    gradient_ratio: float
+    largest_range: float
+    learned: float
+
+
+def summarise_study(study: TemperatureStudy, low: float | None = None, base: float = 1.0) -> StudySummary:
+    """Seed-aware comparison of the lowest temperature (or ``low``) with ``base`` (T = 1)."""
+    import numpy as np
+    import pandas as pd
+
+    temps = study.temperatures
+    low = temps[0] if low is None else float(low)
+    base_runs = {r.seed: r for r in study.at(base)}
+    rows = []
+    for t in temps:
+        runs = study.at(t)
+        bits = np.array([r.held_out_bits for r in runs])
+        ratios = [float(np.median(r.qk_gradient()) / np.median(base_runs[r.seed].qk_gradient()))
+                  for r in runs if r.seed in base_runs]
+        rows.append({"T": t, "seeds": len(runs), "held-out bits (mean)": float(bits.mean()),
+                     "min": float(bits.min()), "max": float(bits.max()),
+                     "seed range": float(bits.max() - bits.min()),
+                     "qk-gradient ratio to T=1": float(np.median(ratios)) if ratios else float("nan"),
+                     "raw logit spread": float(np.mean([r.probe["logit_std"][-1] * t for r in runs]))})
+    table = pd.DataFrame(rows).set_index("T")
+    spread = float(max(table.loc[low, "seed range"], table.loc[base, "seed range"]))
+    difference = float(table.loc[low, "held-out bits (mean)"] - table.loc[base, "held-out bits (mean)"])
+    in_spreads = difference / spread if spread > 0 else math.copysign(math.inf, difference) if difference else 0.0
+    return StudySummary(table=table, low=low, base=base, spread=spread, difference=difference,
+                        in_spreads=in_spreads,
+                        gradient_ratio=float(table.loc[low, "qk-gradient ratio to T=1"]),
+                        largest_range=float(table["seed range"].max()),
+                        learned=float(study.runs[0].bigram_bits - table.loc[base, "held-out bits (mean)"]))
 
 
 def running_mean(values, window: int = 25) -> list[float]:
@@ -336,3 +455,32 @@ def running_mean(values, window: int = 25) -> list[float]:
     idx = torch.arange(1, len(x) + 1)
     lo = (idx - window).clamp_min(0)
     return ((c[idx] - c[lo]) / (idx - lo)).tolist()
+
+
+def plot_study(study: TemperatureStudy, window: int = 25):
+    """The study in three panels, one colour per temperature, one line per seed: training loss
+    (running mean over ``window`` steps) against the bigram baseline, the query/key gradient norm
+    (running median) and the raw logit spread ``T * std(l/T)`` on the probe batch."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 4))
+    temps = study.temperatures
+    palette = plt.cm.viridis(np.linspace(0, 0.9, len(temps)))
+    for colour, t in zip(palette, temps):
+        for k, r in enumerate(study.at(t)):
+            label = f"T = {t:g}" if k == 0 else None
+            ax1.plot(running_mean(r.losses, window), color=colour, lw=1, label=label)
+            ax2.plot(pd.Series(r.qk_gradient()).rolling(window, min_periods=1).median().values,
+                     color=colour, lw=1)
+            ax3.plot(r.probe_steps, np.array(r.probe["logit_std"]) * t, color=colour, lw=1,
+                     marker=".", ms=3)
+    ax1.axhline(study.runs[0].bigram_bits, color="k", ls="--", lw=1, label="bigram (held-out)")
+    ax1.set(xlabel="step", ylabel="bits per byte", title="training loss", ylim=(1.5, 6.5))
+    ax2.set(xlabel="step", ylabel=r"$\|\nabla W_Q, \nabla W_K\|$", yscale="log",
+            title="query/key gradient norm")
+    ax3.set(xlabel="step", ylabel=r"std of $q^\top k/\sqrt{d}$", yscale="log", title="raw logit spread")
+    ax1.legend(fontsize="x-small")
+    fig.tight_layout()
+    return fig

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import Claim
+from ..protocol import VARIANT_EXPONENT_GAP
 from .rules import Criterion, Rule
 
 CHAPTER = "vanishing"
@@ -84,6 +85,27 @@ CLAIMS = (
             text=("confirmed at these lengths when the median head's largest weight falls about "
                   "as $1/L$ (exponent $\\le -0.9$) and its entropy reaches 0.9 of the uniform "
                   "row's; the regime share says whether the asymptotic argument applies at all"),
+        ),
+    ),
+    Claim(
+        id="VAR", chapter=CHAPTER, section="Sec. 3, experimental setup",
+        claim="Larger GPT-2 variants give the same trends",
+        paper=("The experiments use GPT-2 124M; the authors state that larger variants gave "
+               "qualitatively identical trends, and show none."),
+        scope="the vanishing yardstick (the largest weight against $L$), GPT-2 124M against 355M",
+        rule=Rule(
+            criteria=(
+                Criterion("exponent_gap", "largest difference between a larger variant's and GPT-2 "
+                          "124M's median-head exponent of the largest weight against $L$", "<=",
+                          VARIANT_EXPONENT_GAP),
+                Criterion("same_direction", "fraction of larger variants whose exponent has the "
+                          "sign of GPT-2 124M's", "==", 1),
+            ),
+            outcomes=(("all", "confirmed"), ("else", "refuted")),
+            headline="exponent_gap",
+            text=(f"confirmed when every larger variant's median exponent has 124M's sign and lies "
+                  f"within {VARIANT_EXPONENT_GAP} of it; not testable where the models cannot be "
+                  "loaded"),
         ),
     ),
 )

@@ -371,3 +371,41 @@ def sqrt_five_example() -> SqrtFiveExample:
     saturation = sp.limit(in_u, u, sp.oo)
     return SqrtFiveExample(l1, l2, distance, change, series, leading, linearised,
                            closes(linearised - leading), ratio, saturation)
+
+
+# --------------------------------------------------------------------------- the pooled secular tail
+
+@dataclass(frozen=True)
+class SecularTail:
+    """Why keys far below the second weight can be pooled into one pole (the fast exact norm).
+
+    With ``x = c/mu < 1`` (a key's weight over the root, both in units of the second weight):
+    ``remainder`` = ``x/(1-x) - x - x^2`` = ``x^3/(1-x)`` (``remainder_closes``), so a key with
+    ``c <= tau`` differs from its first two moments by at most ``x * tau^2/(1-tau)``.
+    For two pooled keys ``c_1, c_2`` the pole ``S1/(mu - S2/S1)`` matches the first two moments
+    (``pole_first_two``: the coefficients of ``1/mu`` and ``1/mu^2`` vanish in the difference);
+    the ``1/mu^3`` coefficient of ``true - pole`` is ``pole_gap`` = ``S3 - S2^2/S1`` =
+    ``c_1 c_2 (c_1 - c_2)^2/(c_1 + c_2) >= 0`` (``pole_gap_nonnegative``): the pole never
+    overestimates, Jensen's inequality for every higher moment.
+    """
+
+    remainder: sp.Expr
+    remainder_closes: bool
+    pole_first_two: bool
+    pole_gap: sp.Expr
+    pole_gap_nonnegative: bool
+
+
+def secular_tail() -> SecularTail:
+    """The remainder identity and the two-moment pole of the pooled secular tail."""
+    x = sp.Symbol("x", positive=True)
+    remainder = sp.factor(sp.simplify(x / (1 - x) - x - x ** 2))
+    c1, c2, mu, z = sp.symbols("c_1 c_2 mu z", positive=True)          # z = 1/mu
+    s1, s2 = c1 + c2, c1 ** 2 + c2 ** 2
+    true = c1 / (mu - c1) + c2 / (mu - c2)
+    pole = s1 / (mu - s2 / s1)
+    gap = sp.series((true - pole).subs(mu, 1 / z), z, 0, 4).removeO()
+    gap3 = sp.factor(sp.simplify(gap.coeff(z, 3)))
+    return SecularTail(remainder, closes(remainder - x ** 3 / (1 - x)),
+                       closes(gap.coeff(z, 1)) and closes(gap.coeff(z, 2)), gap3,
+                       bool(gap3.is_nonnegative))

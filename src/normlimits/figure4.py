@@ -1,0 +1,174 @@
+"""What the gradients chapter reads off Figure 4: curves, fitted slopes and the graded statistics.
+
+Input: a :class:`normlimits.jacobian.SensitivityProfile` (per-head means over rows and windows of
+``g(T, eps)``, of its ``eps -> 0`` limit ``||J v||`` and of the exact ``||J||_2``, and the largest
+row's ``||J||_2``). The paper plots the maximum over heads (Algorithm 5 keeps "the maximum of
+these averages across the (head, layer) pairs"); so does everything here.
+
+Slopes are log-log fits (:func:`normlimits.fits.loglog_fit`) over the grid temperatures in the
+stated range; "at T" means at the grid temperature closest to T on a log scale.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .fits import loglog_fit
+from .jacobian import SensitivityProfile, paper_curve, sensitivity_envelope
+from .protocol import HIGH_T, SHARP_T
+
+__all__ = ["Curves", "curves", "nearest", "slope", "summary_table", "statistics", "limit_readings",
+           "plot_figure4", "plot_anatomy"]
+
+
+@dataclass(frozen=True)
+class Curves:
+    """Head-maximum curves of a profile, numpy arrays over the temperature grid ``t`` [nT]:
+    ``g`` [nT, nE] (one column per epsilon ``eps``), ``linear`` (``||J v||``), ``norm``
+    (row-mean exact ``||J||_2``), ``row_max`` (the largest row's ``||J||_2``); ``g_heads``
+    [nT, nE, heads] and ``norm_heads`` [nT, heads] keep every head."""
+
+    t: np.ndarray
+    eps: np.ndarray
+    g: np.ndarray
+    linear: np.ndarray
+    norm: np.ndarray
+    row_max: np.ndarray
+    g_heads: np.ndarray
+    norm_heads: np.ndarray
+
+
+def curves(profile: SensitivityProfile) -> Curves:
+    """The maximum over heads of every statistic of ``profile``."""
+    n_t, n_e = profile.g.shape[:2]
+    g_heads = profile.g.reshape(n_t, n_e, -1).numpy()
+    norm_heads = profile.norm_mean.reshape(n_t, -1).numpy()
+    return Curves(t=profile.temperatures.numpy(), eps=profile.epsilons.numpy(), g=g_heads.max(-1),
+                  linear=profile.g_linear.reshape(n_t, -1).numpy().max(-1), norm=norm_heads.max(-1),
+                  row_max=profile.norm_max.reshape(n_t, -1).numpy().max(-1), g_heads=g_heads,
+                  norm_heads=norm_heads)
+
+
+def nearest(t: np.ndarray, value: float) -> int:
+    """Index of the grid temperature closest to ``value`` on a log scale."""
+    return int(np.argmin(np.abs(np.log(t) - math.log(value))))
+
+
+def slope(t: np.ndarray, y: np.ndarray, low: float | None = None, high: float | None = None) -> float:
+    """Log-log slope of ``y`` against ``t`` over ``low <= t <= high``."""
+    return float(loglog_fit(t, y, low=low, high=high).exponent)
+
+
+def summary_table(c: Curves, at=(1e-3, SHARP_T, HIGH_T, 100.0)):
+    """One row per curve: slope for ``T <= SHARP_T``, slope for ``T >= HIGH_T`` and the values
+    at the temperatures ``at`` (a pandas DataFrame indexed by the curve's name)."""
+    import pandas as pd
+
+    named = [(f"g, ε = {e:g}", c.g[:, k]) for k, e in enumerate(c.eps)]
+    named += [("‖Jv‖ (ε → 0)", c.linear), ("‖J‖₂, row mean", c.norm), ("‖J‖₂, largest row", c.row_max)]
+    rows = []
+    for name, y in named:
+        row = {"curve": name, f"slope T ≤ {SHARP_T:g}": slope(c.t, y, high=SHARP_T),
+               f"slope T ≥ {HIGH_T:g}": slope(c.t, y, low=HIGH_T)}
+        row.update({f"T = {v:g}": float(y[nearest(c.t, v)]) for v in at})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("curve")
+
+
+def statistics(c: Curves, *, ordering_tolerance: float = 1e-3) -> dict[str, float]:
+    """The numbers the Figure 4 claims are graded on (see ``normlimits/claims/gradients.py``).
+
+    ``low_slopes`` / ``high_slopes``: slope of each epsilon's curve over ``T <= SHARP_T`` /
+    ``T >= HIGH_T``; ``low_slope_dev``: the largest ``|slope + 1|`` of the former; ``spread_t1``:
+    largest over smallest curve at ``HIGH_T``; ``drop_min``: the smallest fall of a curve from
+    ``HIGH_T`` to 100; ``ordered``: share of grid temperatures below ``HIGH_T`` at which the curves
+    are ordered by epsilon (smaller epsilon at least as large, up to ``ordering_tolerance``);
+    ``closeness``: smallest over ``T <= SHARP_T`` of the smallest epsilon's curve times ``2T``
+    (its fraction of the limit ``1/(2T)``).
+    """
+    low = np.array([slope(c.t, c.g[:, k], high=SHARP_T) for k in range(len(c.eps))])
+    high = np.array([slope(c.t, c.g[:, k], low=HIGH_T) for k in range(len(c.eps))])
+    i1, i100 = nearest(c.t, HIGH_T), nearest(c.t, 100.0)
+    order = np.argsort(c.eps)                                   # smallest epsilon first
+    g = c.g[:, order]
+    below = c.t < HIGH_T * (1 - 1e-9)
+    ordered = np.all(g[:, :-1] >= g[:, 1:] * (1 - ordering_tolerance), axis=1)
+    sharp = c.t <= SHARP_T * (1 + 1e-9)
+    return {"low_slopes": low, "high_slopes": high,
+            "low_slope_dev": float(np.max(np.abs(low + 1))),
+            "spread_t1": float(c.g[i1].max() / c.g[i1].min()),
+            "drop_min": float(np.min(c.g[i1] / c.g[i100])), "drop_max": float(np.max(c.g[i1] / c.g[i100])),
+            "ordered": float(ordered[below].mean()),
+            "closeness": float(np.min(g[sharp, 0] * 2 * c.t[sharp]))}
+
+
+def limit_readings(c: Curves):
+    """"Close to the theoretical limit for T < 0.1", read several ways: for each measured curve
+    (``g`` at the smallest epsilon, the row-mean and the largest-row ``||J||_2``) and each limit
+    (the valid ``1/(2T)``, the paper's curve ``min{1/(4T), sqrt 2}``), the smallest and largest
+    ratio over ``T <= SHARP_T`` (a pandas DataFrame)."""
+    import pandas as pd
+
+    sharp = c.t <= SHARP_T * (1 + 1e-9)
+    t = c.t[sharp]
+    limits = {"1/(2T), the valid bound": 1 / (2 * t), "min{1/(4T), √2}, the paper's curve":
+              paper_curve(torch.as_tensor(t)).numpy()}
+    measured = {f"g, ε = {c.eps.min():g}": c.g[sharp, int(np.argmin(c.eps))],
+                "‖J‖₂, row mean": c.norm[sharp], "‖J‖₂, largest row": c.row_max[sharp]}
+    rows = [{"measured": m, "limit": name, "smallest ratio": float((y / lim).min()),
+             "largest ratio": float((y / lim).max())}
+            for m, y in measured.items() for name, lim in limits.items()]
+    return pd.DataFrame(rows).set_index(["measured", "limit"])
+
+
+# ------------------------------------------------------------------------------------- figures
+
+def plot_figure4(c: Curves):
+    """Figure 4 reproduced: one panel per epsilon, the maximum, median and range over heads of
+    ``g``, the row-mean exact norm, the paper's curve and the corrected envelope."""
+    import matplotlib.pyplot as plt
+
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(1, len(c.eps), figsize=(12, 4), sharey=True)
+    tt = torch.as_tensor(c.t)
+    for k, (e, ax) in enumerate(zip(c.eps, np.atleast_1d(axes))):
+        heads = c.g_heads[:, k]
+        ax.fill_between(c.t, heads.min(-1), heads.max(-1), color=colours[k], alpha=0.2, lw=0)
+        ax.plot(c.t, heads.max(-1), color=colours[k], marker="o", ms=3, label="g, max over heads")
+        ax.plot(c.t, np.median(heads, -1), color=colours[k], ls="--", lw=1, label="g, median head")
+        ax.plot(c.t, c.norm, color="0.45", lw=1.5, label=r"$\|J\|_2$ (mean over rows)")
+        ax.plot(c.t, paper_curve(tt).numpy(), "k--", lw=1.2, label=r"paper: $\min\{1/(4T),\sqrt{2}\}$")
+        ax.plot(c.t, sensitivity_envelope(tt, float(e)).numpy(), "k:", lw=1.5,
+                label=r"corrected: $\min\{1/(2T),\sqrt{2}/\varepsilon\}$")
+        ax.set(xscale="log", yscale="log", xlabel="temperature T", title=f"ε = {e:g}")
+    first = np.atleast_1d(axes)[0]
+    first.set_ylabel(r"sensitivity $g(T,\varepsilon)$")
+    first.set_ylim(max(1e-6, float(c.g_heads[c.g_heads > 0].min()) / 3), 3e3)
+    first.legend(fontsize="x-small", loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def plot_anatomy(c: Curves):
+    """The three epsilon curves on one axis with their caps ``sqrt(2)/eps``, the ``eps -> 0``
+    limit, the exact norms (row mean and largest row) and ``1/(2T)``."""
+    import matplotlib.pyplot as plt
+
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for k, e in enumerate(c.eps):
+        ax.plot(c.t, c.g[:, k], color=colours[k], marker="o", ms=3, label=f"g, ε = {e:g}")
+        ax.axhline(math.sqrt(2) / e, color=colours[k], ls=":", lw=1.2)
+    ax.plot(c.t, c.linear, "k-", lw=1.2, label=r"$\|Jv\|$ (ε → 0)")
+    ax.plot(c.t, c.norm, color="0.45", lw=1.5, label=r"$\|J\|_2$, mean over rows")
+    ax.plot(c.t, c.row_max, color="0.45", ls="--", lw=1.2, label=r"$\|J\|_2$, largest row")
+    ax.plot(c.t, 1 / (2 * c.t), color="k", lw=0.6, label="1/(2T)")
+    ax.set(xscale="log", yscale="log", xlabel="temperature T", ylabel="max over heads")
+    ax.set_ylim(max(1e-6, float(c.g[c.g > 0].min()) / 3), 3e3)
+    ax.legend(fontsize="x-small", ncol=2, loc="lower left")
+    fig.tight_layout()
+    return fig

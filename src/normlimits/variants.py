@@ -1,0 +1,80 @@
+"""The paper's untested remark that larger GPT-2 variants "gave qualitatively identical trends".
+
+The paper (Section 3) measures GPT-2 124M only and says the larger variants behave the same,
+showing nothing. The book tests the remark on the one yardstick every chapter starts from: how
+fast the largest attention weight falls with the context length (the median head's exponent of
+``max_i alpha_i`` against L, :func:`normlimits.vanishing.head_summary`). It needs GPT-2 124M as
+the build's model and each larger variant loadable; where either is missing the comparison is
+"not testable", with the reason for each model (never a silent gap).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from . import vanishing as V
+from .capture import cached_captures
+from .models import ModelError, load_model
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One model of the comparison: its median-head exponent, or why it has none."""
+
+    model: str
+    exponent: float | None
+    heads: int | None
+    reason: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.exponent is not None and math.isfinite(self.exponent)
+
+
+def median_exponent(loaded, corpus, lengths: Sequence[int], windows: int,
+                    temperature: float = 1.0) -> tuple[float, int]:
+    """The median over (layer, head) of the fitted exponent of the largest weight against L,
+    with the number of heads; one forward pass per window (the chapters' capture path)."""
+    stats, _ = V.sweep_captures(cached_captures(loaded, corpus, lengths[-1], windows), lengths,
+                                temperature)
+    heads = V.head_summary(stats)
+    return float(heads["exponent"].median()), len(heads)
+
+
+def measure_variants(names: Sequence[str], corpus, lengths: Sequence[int], windows: int, *,
+                     loader: Callable[[str], object] = load_model) -> list[VariantResult]:
+    """:func:`median_exponent` for each model name that loads; a model that cannot be loaded
+    (offline, unknown, damaged) gets its loader's error as the reason."""
+    results = []
+    for name in names:
+        try:
+            loaded = loader(name)
+        except ModelError as exc:
+            results.append(VariantResult(name, None, None, reason=str(exc)))
+            continue
+        usable = [L for L in lengths if L <= loaded.max_positions]
+        exponent, heads = median_exponent(loaded, corpus, usable, windows)
+        results.append(VariantResult(name, exponent, heads))
+    return results
+
+
+def comparison_values(base: VariantResult, larger: Sequence[VariantResult]) -> dict:
+    """The statistics the claim's rule grades: the largest gap between a larger variant's median
+    exponent and GPT-2 124M's, and the fraction of larger variants whose exponent has the same
+    sign as 124M's. None where the base or every larger variant is missing."""
+    measured = [r for r in larger if r.measured]
+    if not base.measured or not measured:
+        return {"exponent_gap": None, "same_direction": None}
+    gap = max(abs(r.exponent - base.exponent) for r in measured)
+    same = sum((r.exponent < 0) == (base.exponent < 0) for r in measured) / len(measured)
+    return {"exponent_gap": gap, "same_direction": same}
+
+
+def missing_reason(base: VariantResult, larger: Sequence[VariantResult]) -> str | None:
+    """Why the comparison cannot be made on this build (None when it can)."""
+    missing = [r for r in [base, *larger] if not r.measured]
+    if base.measured and len(missing) < len(larger):
+        return None
+    return "; ".join(f"{r.model}: {r.reason}" for r in missing)

@@ -1,0 +1,60 @@
+"""Tests for the Figure 4 read-outs (normlimits.figure4) on profiles with known curves."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from normlimits import figure4 as F4
+from normlimits.jacobian import SensitivityProfile, default_temperatures
+
+
+def _profile(g_of_t, heads=3):
+    """A profile whose head maximum of g at every epsilon is g_of_t(t, eps); the other heads are
+    half of it; the norms are 1/(4T) (mean) and 1/(2T) (largest row)."""
+    t = default_temperatures(4, 1e-3, 1e2)
+    eps = torch.tensor([1e-3, 1e-1, 10.0], dtype=torch.float64)
+    g = torch.stack([torch.stack([g_of_t(t, float(e)) for e in eps], -1)] * heads, -1)   # [nT, nE, H]
+    g[..., 1:] *= 0.5
+    norm = (1 / (4 * t))[:, None].expand(-1, heads).clone()
+    return SensitivityProfile(temperatures=t, epsilons=eps, g=g, g_linear=norm * 0.1,
+                              norm_mean=norm, norm_max=2 * norm, rows=1, windows=1)
+
+
+def test_pure_inverse_t_curves_give_the_paper_s_picture():
+    c = F4.curves(_profile(lambda t, e: 0.25 / t))
+    s = F4.statistics(c)
+    assert s["low_slope_dev"] == pytest.approx(0.0, abs=1e-9)
+    assert np.allclose(s["high_slopes"], -1)
+    assert s["spread_t1"] == pytest.approx(1.0)
+    assert s["drop_min"] == pytest.approx(100.0)
+    assert s["ordered"] == 1.0                         # equal curves count as ordered
+    assert s["closeness"] == pytest.approx(0.5)        # 1/(4T) is half of 1/(2T)
+
+
+def test_flat_low_t_and_disordered_curves_are_seen():
+    # flat below T = 0.1 and larger for larger epsilon
+    c = F4.curves(_profile(lambda t, e: torch.where(t < 0.1, 2.5 + 0 * t, 0.25 / t) * (1 + e)))
+    s = F4.statistics(c)
+    assert s["low_slope_dev"] > 0.5
+    assert s["ordered"] == 0.0
+    assert s["spread_t1"] == pytest.approx(11.0 / 1.001)
+    # closeness uses the smallest epsilon's curve
+    t = c.t[c.t <= 0.1 + 1e-12]
+    assert s["closeness"] == pytest.approx(float(np.min(2.5 * 1.001 * 2 * t)))
+
+
+def test_tables_and_nearest():
+    c = F4.curves(_profile(lambda t, e: 0.25 / t))
+    assert c.g.shape == (21, 3) and c.g_heads.shape == (21, 3, 3)
+    assert F4.nearest(c.t, 0.1) == int(np.argmin(np.abs(c.t - 0.1)))
+    table = F4.summary_table(c)
+    assert table.loc["g, ε = 0.001", "slope T ≤ 0.1"] == pytest.approx(-1)
+    assert table.loc["‖J‖₂, largest row", "T = 1"] == pytest.approx(0.5)
+    readings = F4.limit_readings(c)
+    assert readings.loc[("‖J‖₂, largest row", "1/(2T), the valid bound"), "smallest ratio"] == pytest.approx(1.0)
+    paper = readings.loc[("‖J‖₂, row mean", "min{1/(4T), √2}, the paper's curve")]
+    assert paper["largest ratio"] == pytest.approx(0.25 / 1e-3 / math.sqrt(2))
