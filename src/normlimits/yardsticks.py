@@ -18,10 +18,9 @@ book's ledger), the statistics themselves (JSON-able) and the chapter objects th
 - :func:`separability`: N_s/N against N on value vectors on the unit sphere
   (``separability_sweep`` then ``separability_curves.figure3_statistics``, as
   book/separability.md calls them): grades F3.
-- :func:`jacobian`: Figure 4's sensitivity g(T, eps), maximum over heads, and its log-log slopes
-  against T up to ``protocol.SHARP_T`` and from T = 1 on (``jacobian.sensitivity_profile`` as the
-  bench calls it; slopes by ``fits.loglog_fit``, the book's log-log fit). No claim of this statistic is
-  registered in :mod:`normlimits.claims` in this version, so its numbers are reported ungraded.
+- :func:`jacobian`: Figure 4's sensitivity g(T, eps), maximum over heads
+  (``jacobian.sensitivity_profile`` as the bench calls it, read by ``figure4.curves`` and
+  ``figure4.statistics`` as book/gradients.md reads them): grades F4 and EPS.
 
 Shapes: captures hold queries/keys/values [layers, heads, L, d]; per-head results are flattened
 over (layer, head).
@@ -299,43 +298,41 @@ def _plot_separability(result):
 
 # ------------------------------------------------------------------------------ Jacobian
 def jacobian(captures: Iterable, config: AuditConfig, model: str) -> Measured:
-    """Figure 4's sensitivity against T: log-log slopes of the max over heads, ungraded."""
+    """F4 and EPS from Figure 4's sensitivity g(T, eps) (max over heads), as book/gradients.md
+    reads them (``figure4.curves``, ``figure4.statistics``)."""
+    from . import figure4 as F4
     from . import jacobian as J
-    from .fits import loglog_fit
 
     rows_at = config.query_rows()
     profile = J.sensitivity_profile((cap.logits(rows_at) for cap in captures),
                                     config.temperatures(), config.epsilons, seed=0)
-    temps = profile.temperatures.numpy()
-    g_max = profile.head_max("g").numpy()                       # [nT, nE]
-    curves = torch.as_tensor(g_max.T)                             # [nE, nT]
-    low = [_f(e) for e in loglog_fit(temps, curves, high=protocol.SHARP_T).exponent]
-    high = [_f(e) for e in loglog_fit(temps, curves, low=1.0).exponent]
-    statistics = {"epsilons": [float(e) for e in profile.epsilons], "slope_low_T": low,
-                  "slope_high_T": high, "low_T_up_to": protocol.SHARP_T, "temperatures": [float(t) for t in temps],
-                  "g_max": g_max.tolist(), "rows": int(profile.rows)}
-    why = ("no claim grading this statistic is registered in normlimits.claims in this version "
-           "(the gradients chapter grades Figure 4 outside the registry): the slopes are reported "
-           "without a verdict")
-    return Measured("jacobian", [], statistics, {"profile": profile}, ungraded=why,
+    curves = F4.curves(profile)
+    st = F4.statistics(curves)
+    values = {"low_slope": st["low_slope_dev"], "collapse": st["spread_t1"],
+              "drop": float(np.log10(st["drop_min"]))}
+    rows = [
+        _row("F4", values, f"slopes $T \\le$ {protocol.SHARP_T:g}: "
+             f"{', '.join(f'{s:.2f}' for s in st['low_slopes'])}; spread at $T$ = {protocol.HIGH_T:g} "
+             f"{st['spread_t1']:.2f}; fall $T$ = {protocol.HIGH_T:g} → 100 {st['drop_min']:.0f}-"
+             f"{st['drop_max']:.0f}x ({int(profile.rows)} rows)", model),
+        _row("EPS", {"ordered": st["ordered"]}, f"curves ordered by $\\varepsilon$ at "
+             f"{st['ordered']:.0%} of the grid temperatures below {protocol.HIGH_T:g}", model),
+    ]
+    statistics = {"epsilons": [float(e) for e in profile.epsilons],
+                  "slope_low_T": [float(v) for v in st["low_slopes"]],
+                  "slope_high_T": [float(v) for v in st["high_slopes"]],
+                  "low_T_up_to": protocol.SHARP_T, "spread_t1": _f(st["spread_t1"]),
+                  "drop_min": _f(st["drop_min"]), "ordered": _f(st["ordered"]),
+                  "temperatures": [float(t) for t in curves.t], "g_max": curves.g.tolist(),
+                  "rows": int(profile.rows)}
+    return Measured("jacobian", rows, statistics, {"profile": profile, "curves": curves},
                     plot=_plot_jacobian)
 
 
 def _plot_jacobian(result):
-    import matplotlib.pyplot as plt
+    from .figure4 import plot_figure4
 
-    profile = result["profile"]
-    temps = profile.temperatures.numpy()
-    g_max = profile.head_max("g").numpy()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for k, e in enumerate(profile.epsilons.tolist()):
-        ax.plot(temps, g_max[:, k], "o-", ms=3, label=f"g, ε = {e:g}")
-    ax.plot(temps, 1 / (2 * temps), "k-", lw=0.6, label="1/(2T)")
-    ax.set(xscale="log", yscale="log", xlabel="temperature T", ylabel="max over heads",
-           title="Gradient sensitivity g(T, ε)")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
+    return plot_figure4(result["curves"])
 
 
 #: the yardsticks in the paper's order: name -> function(captures, config, model) -> Measured
