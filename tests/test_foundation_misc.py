@@ -108,3 +108,17 @@ def test_verdicts_page_is_rewritten_whenever_a_chapter_is_reread(tmp_path):
     assert sphinx_ledger._outdated(None, env, set(), {"vanishing"}, set()) == ["verdicts"]
     assert sphinx_ledger._outdated(None, env, set(), {"verdicts"}, set()) == []
     assert sphinx_ledger._outdated(None, env, set(), set(), set()) == []
+
+
+def test_corpus_label_names_war_and_peace_without_its_front_matter():
+    import hashlib
+
+    from normlimits.book import corpus_label
+    from normlimits.corpus import Corpus
+
+    text = "\ufeffWell, Prince, so Genoa and Lucca are now just family estates of the Buonapartes."
+    label = corpus_label(Corpus(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(),
+                                source="/somewhere/war-and-peace.txt"))
+    assert label.startswith("Tolstoy, War and Peace (local file war-and-peace.txt")
+    other = corpus_label(Corpus(text="Call me Ishmael.", sha256="0" * 64, source="x.txt"))
+    assert other.startswith("a user-supplied text")

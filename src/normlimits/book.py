@@ -93,7 +93,9 @@ def public_text(text: str) -> str:
 def corpus_label(corpus: Corpus) -> str:
     """The corpus in words, without a machine path: its title, where it is from, its size."""
     head = corpus.text[:5000].lower()
-    title = ("Tolstoy, War and Peace" if "war and peace" in head or "tolstoy" in head
+    # the title page, or the novel's first line when the text is stripped of its front matter
+    known = ("war and peace", "tolstoy", "so genoa and lucca are now just family estates")
+    title = ("Tolstoy, War and Peace" if any(k in head for k in known)
              else "a user-supplied text")
     where = corpus.source if corpus.source.startswith(("http://", "https://")) \
         else f"local file {Path(corpus.source).name}"
