@@ -122,3 +122,15 @@ def test_corpus_label_names_war_and_peace_without_its_front_matter():
     assert label.startswith("Tolstoy, War and Peace (local file war-and-peace.txt")
     other = corpus_label(Corpus(text="Call me Ishmael.", sha256="0" * 64, source="x.txt"))
     assert other.startswith("a user-supplied text")
+
+
+def test_downloadable_notebook_drops_stderr_like_the_page():
+    from normlimits.sphinx_downloads import without_stderr
+
+    nb = {"cells": [{"cell_type": "code", "outputs": [
+        {"output_type": "stream", "name": "stderr", "text": "/home/me/.venv/...: TqdmWarning"},
+        {"output_type": "stream", "name": "stdout", "text": "kept"},
+        {"output_type": "display_data", "data": {"text/plain": "kept"}}]},
+        {"cell_type": "markdown", "source": "x"}]}
+    outputs = without_stderr(nb)["cells"][0]["outputs"]
+    assert [o.get("name", o["output_type"]) for o in outputs] == ["stdout", "display_data"]

@@ -3,13 +3,24 @@
 sphinx-book-theme copies the executed notebook next to the page's sources, and shows its
 ``.ipynb`` download button, only when an online launch provider (Binder, JupyterHub, ...) is
 configured. This book has none (it is read offline), so this hook does the copy itself and sets
-the theme's ``ipynb_source`` before the header buttons are built.
+the theme's ``ipynb_source`` before the header buttons are built. The notebook offered matches
+the page: stderr streams, which the page removes (``output_stderr: remove``), are dropped from
+it too (they carry warnings with the building machine's paths).
 """
 
 from __future__ import annotations
 
-import shutil
+import json
 from pathlib import Path
+
+
+def without_stderr(notebook: dict) -> dict:
+    """The notebook with every stderr stream output removed (in place; returned for chaining)."""
+    for cell in notebook.get("cells", []):
+        if "outputs" in cell:
+            cell["outputs"] = [o for o in cell["outputs"]
+                               if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+    return notebook
 
 
 def _offer_executed_notebook(app, pagename, templatename, context, doctree):
@@ -18,7 +29,8 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree):
         return
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(executed, target)
+    notebook = without_stderr(json.loads(executed.read_text(encoding="utf-8")))
+    target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
