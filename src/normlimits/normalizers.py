@@ -105,7 +105,7 @@ def softmax_with_temperature(logits: Tensor, dim: int = -1, temperature: float =
     ``-inf``; NaN or ``+inf`` logits are refused.
     """
     t = check_temperature(temperature)
-    attention_logits(logits.movedim(dim, -1))
+    visible_mask(logits, dim)
     shifted = logits - logits.amax(dim=dim, keepdim=True)
     # the row maximum stays 0 even where T underflows the dtype (1e-50 is 0 in float32: 0/0)
     scaled = torch.where(shifted == 0, torch.zeros_like(shifted), shifted / t)
@@ -120,7 +120,7 @@ def general_normalizer(logits: Tensor, positive_map: Callable[[Tensor], Tensor],
     masked keys (``-inf`` logits) get weight 0 whatever F returns there.
     Shapes: ``logits`` [..., L, ...]; output the same shape.
     """
-    attention_logits(logits.movedim(dim, -1))
+    visible_mask(logits, dim)
     finite = torch.isfinite(logits)
     values = positive_map(torch.where(finite, logits, torch.zeros_like(logits)))
     if not bool(torch.isfinite(values[finite]).all()):
@@ -140,13 +140,8 @@ def visible_mask(logits: Tensor, dim: int = -1) -> Tensor:
 
     Masked keys must be ``-inf``. Every row along ``dim`` needs at least one visible key.
     """
-    if bool(torch.isnan(logits).any()) or bool(torch.isposinf(logits).any()):
-        raise ValueError("logits must be finite or -inf (a masked key); got NaN or +inf. "
-                         "Check the logits before normalising.")
+    attention_logits(logits.movedim(dim, -1))
     visible = logits > float("-inf")
-    if not bool(visible.any(dim=dim).all()):
-        raise ValueError(f"every row along dim={dim} needs at least one visible (finite) logit; "
-                         "a fully masked row has no weights to normalise.")
     return visible
 
 

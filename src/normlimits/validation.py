@@ -115,5 +115,5 @@ def attention_logits(logits: Tensor, *, argument: str = "logits") -> Tensor:
                          "forward pass or the arithmetic that produced them.")
     if logits.numel() and not bool((logits > float("-inf")).any(-1).all()):
         raise InputError(f"{argument} has a row with every key masked (-inf); a normaliser needs "
-                         "at least one visible key per row.")
+                         "at least one visible (finite) logit per row.")
     return logits
