@@ -2,7 +2,10 @@
 
 Every writer puts its bytes under a temporary name in the destination's own folder, then renames
 it into place with ``os.replace`` (atomic on POSIX); a crash leaves at most a ``.tmp-*`` file that no
-reader ever opens.
+reader ever opens. So an entry that exists is complete, and readers need no lock; writers hold
+:func:`writer_lock`, which on a read-only cache refuses with the folder's name. A damaged entry (a
+file altered after it was written) is named by :func:`read_json_entry` or by its owner's verifier
+(the stand-in's checksums), with the remedy: delete it to recompute it.
 """
 
 from __future__ import annotations
@@ -12,10 +15,16 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from .settings import cache_dir
+from .settings import CACHE_ENV, SettingError, cache_dir
+
+
+class CacheError(SettingError):
+    """A cache entry is damaged, or the cache cannot be written where a write is needed; the
+    message names the file or folder and the remedy."""
 
 
 def key_digest(key: dict[str, Any]) -> str:
@@ -25,10 +34,59 @@ def key_digest(key: dict[str, Any]) -> str:
 
 
 def cache_path(kind: str, key: dict[str, Any], suffix: str = "") -> Path:
-    """The path of a cached artefact of ``kind`` (a sub-folder) named by a digest of ``key``."""
+    """The path of a cached artefact of ``kind`` (a sub-folder) named by a digest of ``key``.
+
+    The sub-folder is created when the cache is writable; on a read-only cache the path is returned
+    all the same (a reader finds the entry or not; a writer is refused by :func:`writer_lock`).
+    """
     folder = cache_dir() / kind
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
     return folder / f"{key_digest(key)}{suffix}"
+
+
+@contextmanager
+def writer_lock(entry: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``entry`` (a file ``<entry>.lock`` beside it) while it is written.
+
+    Only writers lock: a complete entry is read without it (entries appear atomically), so a
+    read-only cache that holds what is needed is usable. Raises :class:`CacheError` naming the
+    folder when the lock cannot be created (read-only or missing folder): ``what`` is not cached
+    there and cannot be.
+    """
+    lock_path = entry.with_name(entry.name.split(".")[0] + ".lock")
+    try:
+        handle = open(lock_path, "w")
+    except OSError as exc:
+        raise CacheError(f"{what} is not in the cache and cannot be written there: the folder "
+                         f"{entry.parent} is not writable ({exc.strerror}). Set {CACHE_ENV} to a "
+                         "writable folder, or fill this one where it is writable.") from None
+    import fcntl
+
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def read_json_entry(path: Path, what: str, remedy: str = "delete it to recompute it") -> Any:
+    """The JSON content of the cache file ``path``; a damaged file raises :class:`CacheError`
+    naming it, ``what`` it holds, and the remedy."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CacheError(f"the cached {what} {path} is damaged ({type(exc).__name__}: {exc}); "
+                         f"{remedy}.") from None
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 hex digest of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _atomic_file(path: Path, write: Callable[[Path], None]) -> Path:
@@ -91,13 +149,3 @@ def atomic_save_dir(directory: Path, fill: Callable[[Path], None]) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return directory
-
-
-def atomic_save_pretrained(model: Any, directory: Path, extra: dict[str, Any] | None = None) -> Path:
-    """``model.save_pretrained`` into ``directory`` atomically; ``extra`` maps file names to JSON."""
-    def fill(tmp: Path) -> None:
-        model.save_pretrained(tmp)
-        for name, obj in (extra or {}).items():
-            (tmp / name).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-    return atomic_save_dir(directory, fill)

@@ -37,9 +37,23 @@ class SettingError(ValueError):
 
 
 def cache_dir() -> Path:
-    """The cache folder (created if missing)."""
-    path = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "normlimits").expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    """The cache folder (created if missing and the parent is writable).
+
+    Raises :class:`SettingError` when ``NORMLIMITS_CACHE`` names a file, or a folder that does not
+    exist and cannot be created. A read-only folder that exists is returned: reading a complete
+    cache needs no write access (writers say so when they need it).
+    """
+    raw = os.environ.get(CACHE_ENV, "").strip()
+    path = Path(raw or Path.home() / ".cache" / "normlimits").expanduser()
+    named = f"{CACHE_ENV}={raw!r}" if raw else f"the default cache folder {path}"
+    if path.exists() and not path.is_dir():
+        raise SettingError(f"{named} is a file, not a folder; point {CACHE_ENV} at a folder "
+                           "(it is created if missing) or unset it.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SettingError(f"{named}: the folder {path} does not exist and cannot be created "
+                           f"({exc.strerror}); point {CACHE_ENV} at a writable folder.") from None
     return path
 
 

@@ -20,9 +20,9 @@ baseline on the same split.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,9 +30,9 @@ from typing import Callable
 
 import torch
 
-from .cache import atomic_save_pretrained, cache_path
-from .models import BYTE_TOKENIZER_FILE, LoadedModel, byte_encode, load_pretrained
-from .settings import configure_torch
+from .cache import CacheError, atomic_save_dir, cache_path, file_sha256, read_json_entry, writer_lock
+from .models import BYTE_TOKENIZER_FILE, LoadedModel, ModelError, byte_encode, check_model_folder, load_pretrained
+from .settings import CORPUS_ENV, configure_torch
 
 VOCAB_SIZE = 257  # 256 bytes + one end-of-text special
 EOT = 256
@@ -115,8 +115,13 @@ def byte_tokens(text: str) -> torch.Tensor:
 
 def split_corpus(ids: torch.Tensor, held_out_fraction: float = HELD_OUT_FRACTION):
     """Split a token stream into (train, held_out): the last ``held_out_fraction`` is held out."""
-    cut = int(len(ids) * (1 - held_out_fraction))
+    cut = training_size(len(ids), held_out_fraction)
     return ids[:cut], ids[cut:]
+
+
+def training_size(n_tokens: int, held_out_fraction: float = HELD_OUT_FRACTION) -> int:
+    """How many of ``n_tokens`` :func:`split_corpus` puts in the training split (the rest is held out)."""
+    return int(n_tokens * (1 - held_out_fraction))
 
 
 def learning_rate(step: int, total: int, peak: float, warmup: int = 10, hold: float = 0.7) -> float:
@@ -262,12 +267,39 @@ def standin_key(corpus_sha256: str) -> dict:
 
 
 REPORT_FILE = "standin_report.json"
+#: what a report must hold to be complete (it is written last, with the files' checksums)
+REPORT_KEYS = ("model_bits_per_byte", "bigram_bits_per_byte", "train_seconds", "corpus_sha256")
+#: the estimate the training notice gives (measured: 588 s idle on 2 cores, up to 886 s under load)
+TRAINING_ESTIMATE = "about 10 minutes on 2 cores"
+
+
+def minimum_corpus_bytes(length: int = 1024) -> int:
+    """The fewest bytes a corpus needs for the stand-in's recipe: the held-out tail
+    (:data:`HELD_OUT_FRACTION`) must hold one evaluation window of ``length + 1`` bytes, and the
+    training split then holds far more than the longest phase's window."""
+    n = length + 1   # the held-out share grows with n (by 0 or 1 per byte): the first n that holds it
+    while n - training_size(n) < length + 1:
+        n += 1
+    return n
+
+
+def check_trainable(corpus) -> None:
+    """Refuse, before any training, a corpus too short for the stand-in's recipe (names the
+    corpus setting, its size and the minimum)."""
+    need = minimum_corpus_bytes(STANDIN_CONFIG["n_positions"])
+    have = corpus.n_bytes
+    if have < need:
+        raise CacheError(f"{CORPUS_ENV} ({corpus.source}) holds {have:,} bytes: too short to train the "
+                         f"stand-in, which needs at least {need:,} (its held-out tail must hold one "
+                         f"{STANDIN_CONFIG['n_positions']}-byte window). Point {CORPUS_ENV} at a longer "
+                         "text, such as War and Peace.")
 
 
 def train_standin(corpus) -> tuple[torch.nn.Module, dict]:
     """Train the stand-in on ``corpus`` from scratch; returns (model, report)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    check_trainable(corpus)
     configure_torch()
     torch.manual_seed(STANDIN_SEED)
     model = GPT2LMHeadModel(GPT2Config(**STANDIN_CONFIG, attn_implementation="eager"))
@@ -293,25 +325,84 @@ def standin_dir(corpus) -> Path:
     return cache_path("standin", standin_key(corpus.sha256))
 
 
+def save_standin(model: torch.nn.Module, report: dict, directory: Path) -> Path:
+    """Save the stand-in into ``directory`` atomically: ``save_pretrained``, the byte-tokenizer
+    marker, then the report with every file's sha256 (``report["files"]``), written last."""
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        (tmp / BYTE_TOKENIZER_FILE).write_text(json.dumps({"kind": "bytes"}) + "\n")
+        files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        (tmp / REPORT_FILE).write_text(json.dumps({**report, "files": files}, indent=2, sort_keys=True) + "\n")
+
+    return atomic_save_dir(directory, fill)
+
+
+def verify_standin_dir(directory: Path) -> dict:
+    """Check a cached stand-in folder before it is used; returns its report.
+
+    Complete means: the report (written last) parses and holds :data:`REPORT_KEYS`; config.json
+    parses; the weights open; and every file the report lists has the recorded sha256 (reports
+    written before checksums were recorded skip that step). Anything else raises
+    :class:`CacheError` naming the folder and the remedy: delete it to retrain.
+    """
+    remedy = (f"delete the folder {directory} to retrain the stand-in ({TRAINING_ESTIMATE}), or "
+              "copy a complete one in its place")
+
+    def damaged(why: str) -> CacheError:
+        return CacheError(f"the cached stand-in in {directory} is damaged: {why}; {remedy}.")
+
+    report_path = directory / REPORT_FILE
+    if not report_path.is_file():
+        raise damaged(f"it has no {REPORT_FILE} (the report is written last, so the folder is "
+                      "incomplete or was altered)")
+    report = read_json_entry(report_path, "stand-in report", remedy)
+    if not isinstance(report, dict) or any(key not in report for key in REPORT_KEYS):
+        raise damaged(f"{REPORT_FILE} lacks {', '.join(k for k in REPORT_KEYS if not isinstance(report, dict) or k not in report)}")
+    config = directory / "config.json"
+    if not config.is_file():
+        raise damaged("config.json is missing")
+    read_json_entry(config, "stand-in configuration", remedy)
+    for name, digest in report.get("files", {}).items():
+        path = directory / name
+        if not path.is_file():
+            raise damaged(f"{name} is missing")
+        if file_sha256(path) != digest:
+            raise damaged(f"{name} does not match the checksum recorded when it was trained")
+    try:
+        check_model_folder(directory, "standin")
+    except ModelError as exc:
+        raise damaged(str(exc).split(": ", 1)[-1]) from None
+    return report
+
+
 def load_standin(corpus=None) -> LoadedModel:
     """The stand-in for ``corpus`` (default: the corpus setting), trained once and cached.
 
-    Training takes about 10 minutes on 2 cores and holds a lock, so concurrent callers wait for
-    one training instead of repeating it. The cached copy loads in seconds.
+    A cached copy is verified (:func:`verify_standin_dir`) and loads in seconds, without a lock,
+    so a complete read-only cache is usable. When none is cached, a notice on stderr says that
+    training starts, where it is cached and how long it takes; training holds a lock, so
+    concurrent callers wait for one training instead of repeating it. A damaged cached copy is
+    never retrained silently: it raises :class:`CacheError` naming its folder.
     """
     from .corpus import load_corpus
 
     corpus = corpus if corpus is not None else load_corpus()
     directory = standin_dir(corpus)
-    lock_path = directory.with_suffix(".lock")
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (directory / REPORT_FILE).is_file():
-            model, report = train_standin(corpus)
-            atomic_save_pretrained(model, directory, extra={BYTE_TOKENIZER_FILE: {"kind": "bytes"},
-                                                            REPORT_FILE: report})
-    loaded = load_pretrained(str(directory), setting="standin")
-    report = standin_report(corpus)
+    if not directory.exists():
+        check_trainable(corpus)
+        with writer_lock(directory, f"the stand-in for this corpus ({directory})"):
+            if not directory.exists():
+                print(f"normlimits: no trained stand-in is cached for this corpus; training it now "
+                      f"({TRAINING_ESTIMATE}, once per machine) into {directory}", file=sys.stderr,
+                      flush=True)
+                model, report = train_standin(corpus)
+                save_standin(model, report, directory)
+    report = verify_standin_dir(directory)
+    try:
+        loaded = load_pretrained(str(directory), setting="standin")
+    except ModelError as exc:
+        raise CacheError(f"the cached stand-in in {directory} could not be loaded ({exc}); delete "
+                         f"the folder to retrain it ({TRAINING_ESTIMATE}).") from None
     loaded.name = "standin"
     loaded.source = (f"project stand-in: byte-level GPT-2 trained here on the corpus in "
                      f"{report['train_seconds']:.0f} s (cache {directory})")
@@ -321,11 +412,12 @@ def load_standin(corpus=None) -> LoadedModel:
 
 
 def standin_report(corpus=None) -> dict:
-    """The training report saved with the cached stand-in (bits per byte by band, time, size)."""
+    """The training report saved with the cached stand-in (bits per byte by band, time, size),
+    verified like the stand-in itself."""
     from .corpus import load_corpus
 
     corpus = corpus if corpus is not None else load_corpus()
-    return json.loads((standin_dir(corpus) / REPORT_FILE).read_text())
+    return verify_standin_dir(standin_dir(corpus))
 
 
 if __name__ == "__main__":  # python -m normlimits.standin: train (or load) and print the report

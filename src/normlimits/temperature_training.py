@@ -26,8 +26,6 @@ configuration, the recipe, T, the seed, the corpus sha256 and torch's version, l
 
 from __future__ import annotations
 
-import fcntl
-import json
 import math
 import os
 from contextlib import contextmanager
@@ -37,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from .cache import atomic_write_json, cache_path
+from .cache import CacheError, atomic_write_json, cache_path, read_json_entry, writer_lock
 from .normalizers import check_temperature
 from .protocol import TR_SEEDS, TR_TEMPERATURES
 from .settings import THREADS_ENV, configure_torch
@@ -338,9 +336,17 @@ def run_key(corpus_sha256: str, temperature: float, seed: int, steps: int, posit
             "threads": TR_THREADS, "torch": torch.__version__.split("+")[0]}
 
 
-def _run_from_json(data: dict) -> TemperatureRun:
-    fields = {k: v for k, v in data.items() if k in TemperatureRun.__dataclass_fields__}
-    return TemperatureRun(**{**fields, "from_cache": True})
+def _cached_run(path: Path, temperature: float, seed: int) -> TemperatureRun:
+    """The run cached at ``path``; a damaged file raises :class:`~normlimits.cache.CacheError`
+    naming it (delete it to train the run again)."""
+    what = f"temperature run (T={temperature}, seed {seed})"
+    data = read_json_entry(path, what, "delete it to train the run again")
+    try:
+        fields = {k: v for k, v in data.items() if k in TemperatureRun.__dataclass_fields__}
+        return TemperatureRun(**{**fields, "from_cache": True})
+    except (AttributeError, TypeError) as exc:
+        raise CacheError(f"the cached {what} {path} is damaged ({exc}); delete it to train the "
+                         "run again.") from None
 
 
 def temperature_study(corpus=None, temperatures=TR_TEMPERATURES, seeds=TR_SEEDS, *,
@@ -371,10 +377,12 @@ def temperature_study(corpus=None, temperatures=TR_TEMPERATURES, seeds=TR_SEEDS,
         for seed in seed_list:
             path = cache_path("temperature-training",
                               run_key(corpus.sha256, t, seed, steps, positions, batch, lr), ".json")
-            with open(path.with_suffix(".lock"), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.is_file() and not recompute:   # complete: entries appear atomically
+                runs.append(_cached_run(path, t, seed))
+                continue
+            with writer_lock(path, f"the temperature run T={t}, seed {seed}"):
                 if path.is_file() and not recompute:
-                    runs.append(_run_from_json(json.loads(path.read_text())))
+                    runs.append(_cached_run(path, t, seed))
                     continue
                 if split is None:
                     train_ids, held_out_ids = split_corpus(byte_tokens(corpus.text))
