@@ -73,7 +73,7 @@ def test_a_cache_setting_that_cannot_be_created_is_refused(tmp_path, monkeypatch
 
 def test_a_lock_that_cannot_be_written_names_the_folder_and_the_remedy(tmp_path):
     entry = tmp_path / "missing-folder" / "0123abcd.json"
-    with pytest.raises(CacheError, match="missing-folder is not writable.*NORMLIMITS_CACHE"):
+    with pytest.raises(CacheError, match="missing-folder cannot be written.*NORMLIMITS_CACHE"):
         with writer_lock(entry, "the thing"):
             pass
 
@@ -109,7 +109,7 @@ def test_an_empty_read_only_cache_is_refused_with_the_folder(isolated_cache, no_
         return real_open(path, mode, *args, **kwargs)
 
     monkeypatch.setattr("builtins.open", read_only_open)
-    with pytest.raises(CacheError, match=r"stand-in .* cannot be written there.*standin is not writable"):
+    with pytest.raises(CacheError, match=r"stand-in .* cannot be written there.*standin cannot be written \(Permission denied\)"):
         standin.load_standin(_corpus())
 
 

@@ -61,7 +61,7 @@ def writer_lock(entry: Path, what: str) -> Iterator[None]:
         handle = open(lock_path, "w")
     except OSError as exc:
         raise CacheError(f"{what} is not in the cache and cannot be written there: the folder "
-                         f"{entry.parent} is not writable ({exc.strerror}). Set {CACHE_ENV} to a "
+                         f"{entry.parent} cannot be written ({exc.strerror}). Set {CACHE_ENV} to a "
                          "writable folder, or fill this one where it is writable.") from None
     import fcntl
 
