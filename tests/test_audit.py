@@ -182,6 +182,7 @@ def _error(argv, capsys) -> str:
     (["--dtype", "bfloat16", "--device", "cpu"], "--dtype 'bfloat16'"),
     (["--separability-rows", "none"], "--separability-rows"),
     (["--yardsticks", "entropy"], "--yardsticks"),
+    (["--critical-protocol", "every"], "--critical-protocol"),
 ])
 def test_bad_arguments_are_named(args, named, byte_gpt2_folder, tmp_path, capsys):
     if "cuda:7" in args and torch.cuda.device_count() > 7:
@@ -269,6 +270,25 @@ def test_critical_n_equals_critical_n_search(captures):
     f2c = next(r for r in got.rows if r["id"] == "F2c")
     last = search.critical[0.01][-1]
     assert f2c["value"] == (1.0 if last is None else last / LENGTH)
+
+
+def test_last_row_critical_n_equals_the_bench_workload(captures):
+    """The quick protocol is the bench's critical-N workload, graded on the book's last-row,
+    main-sum reading."""
+    from normlimits.critical_n import critical_n_search
+
+    config = yardsticks.AuditConfig(length=LENGTH, critical_protocol="last_row")
+    got = yardsticks.critical_n(iter(captures), config, "tiny")
+    search = critical_n_search(iter(captures), config.critical_lengths, protocol="last_row")
+    reading = got.result["row"].reading
+    assert (reading.aggregate, reading.expectation) == ("last_row", "main")
+    assert reading in __import__("normlimits.reading_table", fromlist=["x"]).readings_tried()
+    assert got.result["row"].search.critical == search.critical
+    for a, b in zip(got.result["row"].search.tests, search.tests):
+        np.testing.assert_allclose(a.pvalue, b.pvalue, rtol=1e-12, atol=0)
+    assert all("bench's protocol" in r["measured"] for r in got.rows)
+    with pytest.raises(ValueError, match="critical_protocol='every'"):
+        yardsticks.AuditConfig(length=LENGTH, critical_protocol="every")
 
 
 def test_separability_equals_the_chapter(captures):

@@ -39,7 +39,7 @@ from typing import Sequence
 import torch
 
 from .protocol import MAX_LENGTH
-from .yardsticks import MIN_LENGTH, YARDSTICKS, AuditConfig
+from .yardsticks import CRITICAL_PROTOCOLS, MIN_LENGTH, YARDSTICKS, AuditConfig
 
 __all__ = ["AuditError", "main", "run_audit", "parser", "write_outputs", "report_markdown"]
 
@@ -98,6 +98,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--separability-rows", type=_rows, default=128, metavar="N|every",
                    help="query rows per window for N_s/N: a count of evenly spaced rows, or "
                         "'every' for every position as the paper (default 128)")
+    p.add_argument("--critical-protocol", choices=list(CRITICAL_PROTOCOLS), default="paper",
+                   help="critical N under the paper's protocol (every query position, Monte Carlo "
+                        "expectation: the book's primary reading; the default) or on the last row "
+                        "against the closed-form main sum (the bench's protocol: a quick look)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -293,6 +297,7 @@ def audit(args) -> dict:
     loaded, corpus, windows = _load(args)
     length = int(windows.shape[1])
     config = AuditConfig(length=length, separability_rows=args.separability_rows,
+                         critical_protocol=args.critical_protocol,
                          paper_model=bool(loaded.is_paper_model))
     where = loaded.placement.describe if loaded.placement else "cpu, float32"
     say(f"{model_label(loaded)}: {len(windows)} windows of {length} tokens on {where}; "

@@ -37,8 +37,13 @@ import torch
 from . import protocol
 from .protocol import half_octave_grid, length_grid
 
-__all__ = ["AuditConfig", "Measured", "YARDSTICKS", "vanishing", "critical_n", "separability",
+__all__ = ["AuditConfig", "Measured", "YARDSTICKS", "CRITICAL_PROTOCOLS", "critical_reading",
+           "vanishing", "critical_n", "separability",
            "jacobian", "MIN_LENGTH"]
+
+#: the critical-N protocols: the paper's (every position, Monte Carlo; the book's primary reading)
+#: and the bench's (last row, main sum)
+CRITICAL_PROTOCOLS = ("paper", "last_row")
 
 #: the shortest window the audit accepts: the critical-N grid must hold N = FIXED_N below L and the
 #: length sweeps need at least two lengths
@@ -52,7 +57,10 @@ class AuditConfig:
 
     ``shortest``: the smallest L of the length sweeps (default ``min(32, length // 4)``);
     ``separability_rows``: query rows per window for N_s/N (None: every position, the paper's
-    protocol; a count: that many evenly spaced rows, as the bench).
+    protocol; a count: that many evenly spaced rows, as the bench). ``critical_protocol``:
+    ``"paper"`` (token-means over query positions with the Monte Carlo expectation: the book's
+    primary reading) or ``"last_row"`` (the last row of each window against the closed-form main
+    sum: the bench's protocol, one of the readings the distances chapter tabulates; a quick look).
     """
 
     length: int
@@ -67,8 +75,12 @@ class AuditConfig:
     epsilons: tuple[float, ...] = protocol.EPSILONS
     temperatures_per_decade: int = protocol.TEMPERATURES_PER_DECADE
     paper_model: bool = False
+    critical_protocol: str = "paper"
 
     def __post_init__(self) -> None:
+        if self.critical_protocol not in CRITICAL_PROTOCOLS:
+            raise ValueError(f"critical_protocol={self.critical_protocol!r}: choose one of "
+                             f"{', '.join(CRITICAL_PROTOCOLS)}")
         if int(self.length) < MIN_LENGTH:
             raise ValueError(f"window length {self.length} is too short: the yardsticks need "
                              f"L >= {MIN_LENGTH}")
@@ -122,6 +134,7 @@ class AuditConfig:
                 "mc_keys": self.mc_keys, "separability_grid": self.separability_grid,
                 "separability_rows": ("every" if self.separability_rows is None
                                       else len(self.separability_positions())),
+                "critical_protocol": self.critical_protocol,
                 "jacobian_rows": self.jacobian_rows, "epsilons": list(self.epsilons),
                 "temperatures": len(self.temperatures()), "paper_model": self.paper_model}
 
@@ -215,15 +228,19 @@ def critical_n(captures: Iterable, config: AuditConfig, model: str) -> Measured:
     from .token_means import position_study
 
     lengths = config.critical_lengths
+    paper = config.critical_protocol == "paper"
     study = position_study(captures, lengths, C.critical_grid(config.length),
-                           per_octave=config.per_octave, paper=True, samples=config.mc_draws,
-                           mc_keys=config.mc_keys)
-    primary = RT.readings_tried()[0]
+                           per_octave=config.per_octave if paper else None, paper=paper,
+                           samples=config.mc_draws, mc_keys=config.mc_keys,
+                           expectations=("main", "rms") if paper else ("main",))
+    primary = critical_reading(config.critical_protocol)
     (row,) = RT.reading_rows({"values": study}, [primary], alphas=config.alphas)
     alpha = protocol.KS_ALPHA_TEXT
     f2c = RT.claim_values(row, "F2c", config.paper_model)
     f2a = RT.claim_values(row, "F2a", config.paper_model)
-    only = "only the book's primary reading was tried (the distances chapter tries more)"
+    only = ("only the book's primary reading was tried (the distances chapter tries more)" if paper
+            else "the last row against the main sum (the bench's protocol), not the paper's "
+                 "every-position protocol: a quick look")
     crit = row.search.critical[alpha]
     rows = [
         _row("F2c", f2c, f"critical N/L {f2c['fraction']:.3f} at L = {lengths[-1]} (1: none below "
@@ -240,6 +257,18 @@ def critical_n(captures: Iterable, config: AuditConfig, model: str) -> Measured:
                   "windows": row.windows, "reading": primary.label}
     return Measured("critical_n", rows, statistics, {"study": study, "row": row},
                     plot=_plot_critical_n)
+
+
+def critical_reading(critical_protocol: str = "paper"):
+    """The reading of the distances chapter's table a critical-N protocol grades on: the book's
+    primary reading for ``"paper"``, the last row against the main sum for ``"last_row"``."""
+    from . import reading_table as RT
+
+    tried = RT.readings_tried()
+    if critical_protocol == "paper":
+        return tried[0]
+    return next(r for r in tried if r.form == tried[0].form and r.vectors == tried[0].vectors
+                and r.aggregate == "last_row" and r.expectation == "main")
 
 
 def _plot_critical_n(result):
