@@ -169,7 +169,7 @@ def test_a_report_without_checksums_is_verified_by_structure(cached_standin, no_
 
 
 def test_training_starts_only_with_a_notice_saying_where_and_how_long(isolated_cache, monkeypatch, capsys):
-    monkeypatch.setattr(standin, "train_standin", lambda corpus: (make_tiny_gpt2(vocab=257), _report()))
+    monkeypatch.setattr(standin, "train_standin", lambda corpus, recipe=None: (make_tiny_gpt2(vocab=257), _report()))
     loaded = standin.load_standin(_corpus())
     err = capsys.readouterr().err
     assert "training it now" in err and standin.TRAINING_ESTIMATE in err

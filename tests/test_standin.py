@@ -109,3 +109,62 @@ def test_sinusoidal_table_shape_and_scale():
     assert table.shape == (1024, 192)
     assert float(table.abs().max()) <= 0.02 + 1e-7
     assert torch.allclose(table[0, 1::2], torch.full((96,), 0.02))
+
+
+# ------------------------------------------------------------------ the RoPE stand-in (recipe format)
+
+def test_the_two_recipes_share_budget_phases_and_training_but_not_architecture():
+    gpt2, rope = standin.GPT2_RECIPE.build(), standin.ROPE_RECIPE.build()
+    n_gpt2, n_rope = (sum(p.numel() for p in m.parameters()) for m in (gpt2, rope))
+    assert abs(n_rope / n_gpt2 - 1) < 0.15, (n_gpt2, n_rope)
+    assert type(rope).__name__ == "LlamaForCausalLM" and not hasattr(rope.model, "wpe")
+    assert rope.config.num_key_value_heads < rope.config.num_attention_heads, "grouped-query attention"
+    assert rope.config.num_attention_heads * rope.config.num_hidden_layers == 16
+    assert standin.context_length(rope.config) == standin.context_length(gpt2.config) == 1024
+    assert [p.positions * p.batch * p.steps for p in standin.ROPE_PHASES] == \
+        [p.positions * p.batch * p.steps for p in standin.STANDIN_PHASES], "same token budget"
+    keys = [standin.standin_key("a" * 64, r) for r in (standin.GPT2_RECIPE, standin.ROPE_RECIPE)]
+    assert keys[0] != keys[1] and keys[0] == standin.standin_key("a" * 64)
+    assert standin.RECIPES == {"standin": standin.GPT2_RECIPE, "standin-rope": standin.ROPE_RECIPE}
+
+
+def test_training_a_tiny_llama_with_the_same_loop_is_deterministic():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    ids = torch.tensor(list(b"abcabcabd" * 200))
+    config = dict(vocab_size=257, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(**config, attn_implementation="eager"))
+        runs.append(standin.train_language_model(model, ids, (Phase(16, 8, 12), Phase(64, 2, 4)),
+                                                 lr=3e-3, seed=1))
+    assert runs[0].losses == runs[1].losses
+    assert runs[0].losses[-1] < runs[0].losses[0] - 1.0
+    assert model.config._attn_implementation == "eager", "the eager kernel is restored after training"
+
+
+def test_a_cached_rope_standin_loads_by_its_setting(isolated_cache, tmp_path, monkeypatch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from normlimits.corpus import load_corpus
+    from normlimits.models import load_model
+
+    text = tmp_path / "text.txt"
+    text.write_text("Well, Prince, so Genoa and Lucca are now just family estates. " * 400)
+    monkeypatch.setenv("NORMLIMITS_CORPUS", str(text))
+    corpus = load_corpus()
+    tiny = LlamaForCausalLM(LlamaConfig(vocab_size=257, hidden_size=32, intermediate_size=64,
+                                        num_hidden_layers=2, num_attention_heads=4,
+                                        num_key_value_heads=2, max_position_embeddings=128,
+                                        attn_implementation="eager"))
+    report = {"model_bits_per_byte": {"all": 2.0}, "bigram_bits_per_byte": {"all": 3.0},
+              "train_seconds": 2.0, "corpus_sha256": corpus.sha256}
+    standin.save_standin(tiny, report, standin.standin_dir(corpus, standin.ROPE_RECIPE))
+    monkeypatch.setattr(standin, "train_standin", lambda *a: pytest.fail("training started"))
+    loaded = load_model("standin-rope")
+    assert loaded.name == "standin-rope" and loaded.family == "llama" and loaded.n_kv_heads == 2
+    assert "rotary positions" in loaded.source
+    assert standin.standin_report(recipe="standin-rope")["train_seconds"] == 2.0
+    assert not standin.standin_dir(corpus).exists(), "the GPT-2 stand-in was not touched"

@@ -8,6 +8,7 @@ Names:
   Qwen2, OPT, ...; a family that adds ALiBi biases, soft-capping or attention sinks to its
   logits is refused with :class:`UnsupportedModelError` naming what it adds);
 - ``standin``: the project's own byte-level GPT-2, trained on the corpus (:mod:`normlimits.standin`);
+- ``standin-rope``: its Llama-architecture sibling (rotary positions, grouped-query attention);
 - ``gpt2-random``: GPT-2 124M's exact configuration with random weights (timing work only).
 
 Unset, the setting means "GPT-2 if it can be had": ``gpt2`` from the local cache or the hub, and
@@ -35,6 +36,7 @@ from .settings import MODEL_ENV, SettingError
 
 PAPER_MODEL = "gpt2"
 STANDIN = "standin"
+STANDIN_ROPE = "standin-rope"
 GPT2_RANDOM = "gpt2-random"
 BYTE_TOKENIZER_FILE = "normlimits_tokenizer.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$")
@@ -308,8 +310,8 @@ def load_pretrained(source: str, setting: str | None = None, *, origin: str = MO
                          "written by model.save_pretrained(...), or use gpt2 or standin.")
     elif not _HUB_ID.match(source):
         raise ModelError(f"{named} is not a model name this project knows: use a "
-                         "Hugging Face id such as gpt2, a save_pretrained directory, 'standin' or "
-                         "'gpt2-random'.")
+                         "Hugging Face id such as gpt2, a save_pretrained directory, 'standin', "
+                         "'standin-rope' or 'gpt2-random'.")
     else:
         where_from = f"Hugging Face id {source!r}"
     try:
@@ -394,10 +396,10 @@ def load_model(name: str | None = None, *, origin: str = MODEL_ENV, device: str 
             loaded.notes.append(f"{MODEL_ENV} is unset and GPT-2 could not be loaded, so the "
                                 f"stand-in is used. Reason: {exc}")
             return loaded
-    if setting == STANDIN:
+    if setting in (STANDIN, STANDIN_ROPE):
         from .standin import load_standin
 
-        return _placed(load_standin(), where)
+        return _placed(load_standin(recipe=setting), where)
     if setting == GPT2_RANDOM:
         return gpt2_random(where=where)
     return load_pretrained(setting, origin=origin, where=where)

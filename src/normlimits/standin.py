@@ -1,21 +1,29 @@
-"""The stand-in: a byte-level GPT-2 the project trains on the corpus, for machines without GPT-2.
+"""The stand-ins: small byte-level language models the project trains on the corpus, for machines
+without GPT-2.
 
-A ``GPT2LMHeadModel`` (4 layers x 4 heads = 16 heads, width 192,
-``n_positions`` 1024, vocabulary 256 bytes + 1 special), trained deterministically (fixed seed,
-fixed threads) on 95% of the corpus in two phases:
+Two recipes in one format (:class:`Recipe`), trained by the same code on the same split, cached
+the same way and reported the same way (held-out bits per byte by position band next to a bigram
+baseline):
+
+- ``standin`` (:data:`GPT2_RECIPE`): a ``GPT2LMHeadModel`` (4 layers x 4 heads = 16 heads, width
+  192, ``n_positions`` 1024, learned absolute positions, vocabulary 256 bytes + 1 special);
+- ``standin-rope`` (:data:`ROPE_RECIPE`): a ``LlamaForCausalLM`` of the same budget (4 layers x 4
+  query heads sharing 2 key/value heads, width 192, rotary positions, RMSNorm, SwiGLU), so that
+  the architectures chapter compares learned absolute positions with RoPE + grouped-query
+  attention at equal size, corpus and training budget.
+
+Both train deterministically (fixed seed, fixed threads) on 95% of the corpus in two phases:
 
 1. 256-token windows, 16 a step (cheap steps): the model leaves the bigram plateau;
-2. the position table beyond 256 is extrapolated (:func:`extend_position_table`), then 1024-token
-   windows, 4 a step, teach attention the long context.
+2. 1024-token windows, 4 a step, teach attention the long context. For GPT-2 the position table
+   beyond 256 is first extrapolated (:func:`extend_position_table`); its learned table starts from
+   a small sinusoidal table (:func:`sinusoidal_positions`). RoPE needs neither.
 
-The learned position table starts from a small sinusoidal table (:func:`sinusoidal_positions`),
-and at the switch to 1024 positions the rows never trained are extrapolated. Every recipe tried
-before this one, with what it measured, is recorded in :mod:`normlimits.standin_diary` and shown on
-the book's page "How the stand-in was trained".
+Every GPT-2 recipe tried before the current one, with what it measured, is recorded in
+:mod:`normlimits.standin_diary` and shown on the book's page "How the stand-ins were trained".
 
-It is cached under a key of its configuration, recipe and the corpus sha256 (saved atomically with
-``save_pretrained``), and reports held-out bits per byte per position band next to a bigram
-baseline on the same split.
+Each is cached under a key of its recipe and the corpus sha256 (saved atomically, verified by
+checksums on load).
 """
 
 from __future__ import annotations
@@ -69,6 +77,82 @@ STANDIN_PHASES = (Phase(256, 16, 300), Phase(1024, 4, 700, extend_positions=True
 POSITION_INIT_AMPLITUDE = 0.02
 STANDIN_LR = 1e-3
 STANDIN_SEED = 0
+
+#: the RoPE stand-in: Llama's architecture at the GPT-2 stand-in's budget (about 1.8M parameters
+#: against 2.0M): width 192, 4 layers, 4 query heads of 48 sharing 2 key/value heads, SwiGLU of
+#: 576, RMSNorm, rotary positions (theta 10,000), tied input and output embeddings as GPT-2's
+ROPE_CONFIG = dict(vocab_size=VOCAB_SIZE, hidden_size=192, intermediate_size=576,
+                   num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                   max_position_embeddings=1024, rope_theta=10000.0, rms_norm_eps=1e-5,
+                   tie_word_embeddings=True, bos_token_id=EOT, eos_token_id=EOT,
+                   attention_bias=False, mlp_bias=False)
+ROPE_PHASES = (Phase(256, 16, 300), Phase(1024, 4, 700))
+ROPE_RECIPE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one stand-in is built and trained: the model ``setting`` name that loads it, the
+    ``architecture`` (``gpt2`` or ``llama``) and its transformers ``config``, the training
+    ``phases``, peak learning rate ``lr``, ``seed``, the recipe ``version`` (raised whenever the
+    training changes) and, for GPT-2, the amplitude of the sinusoidal initialisation of the learned
+    position table (``position_init``)."""
+
+    setting: str
+    architecture: str
+    config: dict
+    phases: tuple
+    lr: float
+    seed: int
+    version: int
+    position_init: float | None = None
+    summary: str = ""
+
+    def key(self, corpus_sha256: str) -> dict:
+        """Everything the trained stand-in depends on (its cache folder is named by a digest)."""
+        key = {"config": self.config, "phases": [asdict(p) for p in self.phases], "lr": self.lr,
+               "position_init": self.position_init, "seed": self.seed, "recipe": self.version,
+               "corpus": corpus_sha256, "torch": torch.__version__.split("+")[0]}
+        if self.architecture != "gpt2":
+            key["architecture"] = self.architecture
+        return key
+
+    def build(self) -> torch.nn.Module:
+        """The untrained model, seeded (eager attention; training switches to sdpa)."""
+        torch.manual_seed(self.seed)
+        if self.architecture == "gpt2":
+            from transformers import GPT2Config, GPT2LMHeadModel
+
+            model = GPT2LMHeadModel(GPT2Config(**self.config, attn_implementation="eager"))
+            with torch.no_grad():
+                model.transformer.wpe.weight.copy_(sinusoidal_positions(
+                    self.config["n_positions"], self.config["n_embd"], self.position_init))
+            return model
+        if self.architecture == "llama":
+            from transformers import LlamaConfig, LlamaForCausalLM
+
+            return LlamaForCausalLM(LlamaConfig(**self.config, attn_implementation="eager"))
+        raise ValueError(f"architecture={self.architecture!r}: choose 'gpt2' or 'llama'")
+
+
+GPT2_RECIPE = Recipe("standin", "gpt2", STANDIN_CONFIG, STANDIN_PHASES, STANDIN_LR, STANDIN_SEED,
+                     RECIPE_VERSION, POSITION_INIT_AMPLITUDE,
+                     "byte-level GPT-2: learned absolute positions, 4 layers x 4 heads, width 192")
+ROPE_RECIPE = Recipe("standin-rope", "llama", ROPE_CONFIG, ROPE_PHASES, STANDIN_LR, STANDIN_SEED,
+                     ROPE_RECIPE_VERSION, None,
+                     "byte-level Llama: rotary positions, 4 query heads sharing 2 key/value heads "
+                     "(grouped-query attention), RMSNorm, SwiGLU, 4 layers, width 192")
+#: the stand-ins by the model setting that loads them
+RECIPES = {r.setting: r for r in (GPT2_RECIPE, ROPE_RECIPE)}
+
+
+def context_length(config) -> int:
+    """The longest window a model configuration takes (GPT-2's ``n_positions``, else
+    ``max_position_embeddings``)."""
+    value = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    if not value:
+        raise ValueError(f"{type(config).__name__} names no context length")
+    return int(value)
 
 
 @dataclass
@@ -141,7 +225,7 @@ def train_language_model(model: torch.nn.Module, train_ids: torch.Tensor, phases
                          *, lr: float, seed: int, description: str = "training",
                          on_step: Callable[[int, float, torch.nn.Module], object] | None = None,
                          ) -> TrainingLog:
-    """Train ``model`` (a GPT2LMHeadModel) on random windows of ``train_ids`` [n_tokens].
+    """Train ``model`` (a causal LM: GPT-2, Llama, ...) on random windows of ``train_ids`` [n_tokens].
 
     Deterministic for a given seed and thread count. ``on_step(step, loss, model)`` is called
     after every optimiser step (gradients still present); what it returns is kept in
@@ -158,7 +242,7 @@ def train_language_model(model: torch.nn.Module, train_ids: torch.Tensor, phases
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     total = sum(p.steps for p in phases)
-    n_positions = model.config.n_positions
+    n_positions = context_length(model.config)
     log = TrainingLog()
     start = time.perf_counter()
     step = 0
@@ -258,12 +342,9 @@ def evaluate_standin(model: torch.nn.Module, train_ids: torch.Tensor, held_out_i
 
 # ----------------------------------------------------------------------------- cache and loading
 
-def standin_key(corpus_sha256: str) -> dict:
-    """Everything the trained stand-in depends on."""
-    return {"config": STANDIN_CONFIG, "phases": [asdict(p) for p in STANDIN_PHASES], "lr": STANDIN_LR,
-            "position_init": POSITION_INIT_AMPLITUDE,
-            "seed": STANDIN_SEED, "recipe": RECIPE_VERSION, "corpus": corpus_sha256,
-            "torch": torch.__version__.split("+")[0]}
+def standin_key(corpus_sha256: str, recipe: Recipe | None = None) -> dict:
+    """Everything the trained stand-in (default: the GPT-2 one) depends on."""
+    return (recipe or GPT2_RECIPE).key(corpus_sha256)
 
 
 REPORT_FILE = "standin_report.json"
@@ -295,34 +376,29 @@ def check_trainable(corpus) -> None:
                          "text, such as War and Peace.")
 
 
-def train_standin(corpus) -> tuple[torch.nn.Module, dict]:
-    """Train the stand-in on ``corpus`` from scratch; returns (model, report)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
+def train_standin(corpus, recipe: Recipe | None = None) -> tuple[torch.nn.Module, dict]:
+    """Train a stand-in (default: the GPT-2 one) on ``corpus`` from scratch; returns (model, report)."""
+    recipe = recipe or GPT2_RECIPE
     check_trainable(corpus)
     configure_torch()
-    torch.manual_seed(STANDIN_SEED)
-    model = GPT2LMHeadModel(GPT2Config(**STANDIN_CONFIG, attn_implementation="eager"))
-    with torch.no_grad():
-        model.transformer.wpe.weight.copy_(sinusoidal_positions(
-            STANDIN_CONFIG["n_positions"], STANDIN_CONFIG["n_embd"], POSITION_INIT_AMPLITUDE))
+    model = recipe.build()
     ids = byte_tokens(corpus.text)
     train_ids, held_out_ids = split_corpus(ids)
-    log = train_language_model(model, train_ids, STANDIN_PHASES, lr=STANDIN_LR, seed=STANDIN_SEED,
-                               description="training the stand-in (once per machine)")
+    log = train_language_model(model, train_ids, recipe.phases, lr=recipe.lr, seed=recipe.seed,
+                               description=f"training {recipe.setting} (once per machine)")
     report = evaluate_standin(model, train_ids, held_out_ids)
     report.update({
         "train_seconds": log.seconds, "steps": len(log.losses), "n_params": sum(p.numel() for p in model.parameters()),
         "final_train_loss_bits": sum(log.losses[-20:]) / 20 / LN2, "corpus_sha256": corpus.sha256,
-        "threads": torch.get_num_threads(), "phases": [asdict(p) for p in STANDIN_PHASES],
-        "loss_curve_bits": [x / LN2 for x in log.losses],
+        "threads": torch.get_num_threads(), "phases": [asdict(p) for p in recipe.phases],
+        "loss_curve_bits": [x / LN2 for x in log.losses], "architecture": recipe.architecture,
     })
     return model, report
 
 
-def standin_dir(corpus) -> Path:
-    """Where the stand-in for ``corpus`` is (or will be) cached."""
-    return cache_path("standin", standin_key(corpus.sha256))
+def standin_dir(corpus, recipe: Recipe | None = None) -> Path:
+    """Where the stand-in (default: the GPT-2 one) for ``corpus`` is (or will be) cached."""
+    return cache_path("standin", standin_key(corpus.sha256, recipe))
 
 
 def save_standin(model: torch.nn.Module, report: dict, directory: Path) -> Path:
@@ -375,8 +451,9 @@ def verify_standin_dir(directory: Path) -> dict:
     return report
 
 
-def load_standin(corpus=None) -> LoadedModel:
-    """The stand-in for ``corpus`` (default: the corpus setting), trained once and cached.
+def load_standin(corpus=None, recipe: Recipe | str | None = None) -> LoadedModel:
+    """A stand-in (``recipe``: a :class:`Recipe` or its setting name; default the GPT-2 one) for
+    ``corpus`` (default: the corpus setting), trained once and cached.
 
     A cached copy is verified (:func:`verify_standin_dir`) and loads in seconds, without a lock,
     so a complete read-only cache is usable. When none is cached, a notice on stderr says that
@@ -386,41 +463,57 @@ def load_standin(corpus=None) -> LoadedModel:
     """
     from .corpus import load_corpus
 
+    recipe = RECIPES[recipe] if isinstance(recipe, str) else (recipe or GPT2_RECIPE)
     corpus = corpus if corpus is not None else load_corpus()
-    directory = standin_dir(corpus)
+    directory = standin_dir(corpus, recipe)
     if not directory.exists():
         check_trainable(corpus)
-        with writer_lock(directory, f"the stand-in for this corpus ({directory})"):
+        with writer_lock(directory, f"the stand-in {recipe.setting!r} for this corpus ({directory})"):
             if not directory.exists():
-                print(f"normlimits: no trained stand-in is cached for this corpus; training it now "
-                      f"({TRAINING_ESTIMATE}, once per machine) into {directory}", file=sys.stderr,
-                      flush=True)
-                model, report = train_standin(corpus)
+                print(f"normlimits: no trained {recipe.setting!r} is cached for this corpus; training "
+                      f"it now ({TRAINING_ESTIMATE}, once per machine) into {directory}",
+                      file=sys.stderr, flush=True)
+                model, report = train_standin(corpus, recipe)
                 save_standin(model, report, directory)
     report = verify_standin_dir(directory)
     try:
-        loaded = load_pretrained(str(directory), setting="standin")
+        loaded = load_pretrained(str(directory), setting=recipe.setting)
     except ModelError as exc:
         raise CacheError(f"the cached stand-in in {directory} could not be loaded ({exc}); delete "
                          f"the folder to retrain it ({TRAINING_ESTIMATE}).") from None
-    loaded.name = "standin"
-    loaded.source = (f"project stand-in: byte-level GPT-2 trained here on the corpus in "
+    loaded.name = recipe.setting
+    loaded.source = (f"project stand-in: {recipe.summary}, trained here on the corpus in "
                      f"{report['train_seconds']:.0f} s (cache {directory})")
     loaded.notes.append("The stand-in is not the paper's GPT-2 124M: its numbers are not the "
                         "paper's setting.")
     return loaded
 
 
-def standin_report(corpus=None) -> dict:
-    """The training report saved with the cached stand-in (bits per byte by band, time, size),
-    verified like the stand-in itself."""
+def standin_report(corpus=None, recipe: Recipe | str | None = None) -> dict:
+    """The training report saved with a cached stand-in (default: the GPT-2 one): bits per byte by
+    band, time, size; verified like the stand-in itself."""
     from .corpus import load_corpus
 
+    recipe = RECIPES[recipe] if isinstance(recipe, str) else (recipe or GPT2_RECIPE)
     corpus = corpus if corpus is not None else load_corpus()
-    return verify_standin_dir(standin_dir(corpus))
+    return verify_standin_dir(standin_dir(corpus, recipe))
 
 
-if __name__ == "__main__":  # python -m normlimits.standin: train (or load) and print the report
-    loaded = load_standin()
-    report = standin_report()
-    print(json.dumps({k: v for k, v in report.items() if k != "loss_curve_bits"}, indent=2))
+def main(argv=None) -> int:
+    """``python -m normlimits.standin [standin|standin-rope ...]``: train (or load) the named
+    stand-ins (default: the GPT-2 one) and print their reports."""
+    names = list(argv if argv is not None else sys.argv[1:]) or [GPT2_RECIPE.setting]
+    unknown = [n for n in names if n not in RECIPES]
+    if unknown:
+        print(f"unknown stand-in {unknown[0]!r}: choose from {', '.join(RECIPES)}", file=sys.stderr)
+        return 2
+    for name in names:
+        load_standin(recipe=name)
+        report = standin_report(recipe=name)
+        print(json.dumps({name: {k: v for k, v in report.items()
+                                 if k not in ("loss_curve_bits", "files")}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,243 @@
+"""The architectures chapter: the paper's four yardsticks on several model families, side by side.
+
+Which models: ``NORMLIMITS_ARCHITECTURES`` (comma-separated model settings), by default the two
+stand-ins (:data:`OFFLINE_MODELS`: learned absolute positions against RoPE + grouped-query
+attention at equal size, corpus and training budget) and, where the hub or its cache has them,
+:data:`ONLINE_MODELS` (GPT-2 124M and 355M, which tests the paper's "larger variants" remark,
+Pythia-160M and SmolLM2-135M). A model that cannot be loaded is skipped with the reason its
+loader gave (:class:`Skipped`), never silently.
+
+Each loaded model runs the audit's yardsticks (:mod:`normlimits.yardsticks`, the chapters' own
+code paths, one forward pass per window) on the same corpus windows' text, at L = the model's
+context up to 1024: the vanishing exponent of the largest weight (NU, C1), the critical N under
+the paper's protocol (F2c, F2a), the N_s/N plateau (F3) and the Jacobian sensitivity against T
+(F4, EPS). Rows are graded by the registered rules, as in the paper's chapters.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .protocol import MAX_LENGTH
+from .settings import SettingError
+
+__all__ = ["ARCHITECTURES_ENV", "OFFLINE_MODELS", "ONLINE_MODELS", "YARDSTICK_CLAIMS", "Skipped",
+           "Surveyed", "model_names", "survey", "positions_of", "comparison_table",
+           "verdict_table", "holds", "plot_yardstick"]
+
+ARCHITECTURES_ENV = "NORMLIMITS_ARCHITECTURES"
+OFFLINE_MODELS = ("standin", "standin-rope")
+ONLINE_MODELS = ("gpt2", "gpt2-medium", "EleutherAI/pythia-160m", "HuggingFaceTB/SmolLM2-135M")
+#: the claims each yardstick grades (the audit's rows), in the paper's order
+YARDSTICK_CLAIMS = {"vanishing": ("NU", "C1"), "critical_n": ("F2c", "F2a"),
+                    "separability": ("F3",), "jacobian": ("F4", "EPS")}
+#: a verdict read as "the paper's limit holds on this model" (in the paper's or a corrected form)
+HOLDS = {"confirmed": "holds", "corrected": "holds (corrected form)", "refuted": "does not hold",
+         "not reproduced": "does not hold", "not testable": "not testable"}
+
+
+def model_names(setting: str | None = None) -> list[str]:
+    """The models to compare: ``setting`` (default ``NORMLIMITS_ARCHITECTURES``), comma-separated,
+    or the stand-ins then the online models. Duplicates are dropped; an empty list is refused."""
+    raw = setting if setting is not None else os.environ.get(ARCHITECTURES_ENV)
+    if raw is None or raw.strip() == "":
+        names = [*OFFLINE_MODELS, *ONLINE_MODELS]
+    else:
+        names = [n.strip() for n in raw.split(",") if n.strip()]
+        if not names:
+            raise SettingError(f"{ARCHITECTURES_ENV}={raw!r} names no model; give comma-separated "
+                               "model settings (e.g. standin,standin-rope,gpt2) or unset it.")
+    return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A model that could not be loaded, with the loader's reason."""
+
+    name: str
+    reason: str
+
+
+@dataclass
+class Surveyed:
+    """One model's yardsticks. ``measured``: yardstick name -> :class:`~normlimits.yardsticks.Measured`;
+    ``label``: as the rows name it; ``timings``: the audit's (forward passes, each yardstick)."""
+
+    name: str
+    label: str
+    family: str
+    positions: str
+    layers: int
+    heads: int
+    kv_heads: int
+    params: int
+    length: int
+    windows: int
+    source: str
+    measured: dict
+    timings: dict
+    seconds: float = 0.0
+    notes: list = field(default_factory=list)
+
+    def rows(self) -> list[dict]:
+        """Every graded row of every yardstick, in the paper's order."""
+        return [row for m in self.measured.values() for row in m.rows]
+
+    def statistic(self, yardstick: str, key: str):
+        return self.measured[yardstick].statistics.get(key)
+
+
+_LEARNED = ("gpt2", "opt", "gpt_neo", "gpt_bigcode", "biogpt")
+_ROTARY = ("llama", "qwen2", "qwen3", "gpt_neox", "gptj", "mistral", "gemma", "gemma2", "phi",
+           "phi3", "olmo", "olmo2", "smollm3", "granite")
+_ALIBI = ("bloom", "mpt")
+
+
+def positions_of(config) -> str:
+    """How a model encodes positions, in words, from its configuration's ``model_type``."""
+    kind = getattr(config, "model_type", "")
+    if kind in _LEARNED:
+        return "learned absolute"
+    if kind in _ROTARY:
+        return "rotary (RoPE)"
+    if kind in _ALIBI or getattr(config, "alibi", False):
+        return "ALiBi"
+    return kind or "unknown"
+
+
+def _default_loader(name: str):
+    from .models import load_model
+
+    return load_model(name, origin=ARCHITECTURES_ENV)
+
+
+def survey(names: Sequence[str], corpus, window_count: int, *,
+           loader: Callable[[str], object] | None = None, max_length: int = MAX_LENGTH,
+           yardsticks: Sequence[str] | None = None,
+           say: Callable[[str], None] = lambda message: None) -> Iterator[Surveyed | Skipped]:
+    """Load each model in turn (only one in memory at a time), run the audit's yardsticks on
+    ``window_count`` windows of L = min(its context, ``max_length``) tokens of ``corpus``, and
+    yield a :class:`Surveyed`; a model whose loader raises (an unknown id, not available offline,
+    an unsupported family, a damaged folder) yields a :class:`Skipped` with the message."""
+    from .audit import model_label, run_audit
+    from .corpus import token_windows
+    from .yardsticks import AuditConfig
+
+    load = loader or _default_loader
+    for name in names:
+        start = time.perf_counter()
+        try:
+            loaded = load(name)
+        except (SettingError, OSError, ValueError) as exc:
+            say(f"{name}: skipped ({exc})")
+            yield Skipped(name, str(exc))
+            continue
+        length = min(int(loaded.max_positions), int(max_length))
+        windows = token_windows(loaded, corpus, length, window_count)
+        config = AuditConfig(length=length, paper_model=bool(loaded.is_paper_model))
+        torch.manual_seed(0)            # as `normlimits audit` does: the same rows for the same model
+        run = run_audit(loaded, windows, config, yardsticks=yardsticks, say=say)
+        cfg = loaded.model.config
+        yield Surveyed(name=name, label=model_label(loaded), family=loaded.family,
+                       positions=positions_of(cfg), layers=loaded.n_layers, heads=loaded.n_heads,
+                       kv_heads=loaded.n_kv_heads, params=int(loaded.n_params), length=length,
+                       windows=len(windows), source=loaded.source, measured=run["measured"],
+                       timings=run["timings"], seconds=time.perf_counter() - start,
+                       notes=list(loaded.notes))
+        del loaded
+
+
+def holds(verdict: str) -> str:
+    """The verdict read as "the limit holds / does not hold on this model"."""
+    return HOLDS.get(verdict, verdict)
+
+
+def comparison_table(results: Iterable[Surveyed]) -> pd.DataFrame:
+    """One column per model: architecture, size, and the headline statistic of each yardstick."""
+    def stat(r, yardstick, key):
+        return r.statistic(yardstick, key) if yardstick in r.measured else None
+
+    columns = {}
+    for r in results:
+        columns[r.name] = {
+            "positions": r.positions,
+            "query / key-value heads per layer": f"{r.heads} / {r.kv_heads}",
+            "layers": r.layers, "parameters (M)": round(r.params / 1e6, 2),
+            "L (windows x tokens)": f"{r.windows} x {r.length}",
+            "largest-weight exponent in L (median head)": stat(r, "vanishing", "exponent"),
+            "rows with L > e^(2 Delta/T)": stat(r, "vanishing", "regime"),
+            "critical N / L at the largest L": stat(r, "critical_n", "fraction"),
+            "true / expected distance at N = 5": stat(r, "critical_n", "close"),
+            "N_s/N plateau (median head)": stat(r, "separability", "level"),
+            "slope of g in T at low T (deviation from -1)": stat(r, "jacobian", "low_slope"),
+        }
+    return pd.DataFrame(columns)
+
+
+def verdict_table(results: Iterable[Surveyed]) -> pd.DataFrame:
+    """Claims x models: each cell the verdict by the registered rule and what it says of the limit."""
+    cells: dict[str, dict[str, str]] = {}
+    for r in results:
+        cells[r.name] = {row["id"]: f"{row['verdict']}: {holds(row['verdict'])}" for row in r.rows()}
+    order = [c for claims in YARDSTICK_CLAIMS.values() for c in claims]
+    table = pd.DataFrame(cells)
+    return table.reindex([c for c in order if c in table.index])
+
+
+def _curve(r: Surveyed, yardstick: str):
+    """(x, y) of one model's headline curve for ``yardstick``."""
+    m = r.measured[yardstick]
+    if yardstick == "vanishing":
+        stats = m.result["stats"]
+        x = stats.lengths.numpy()
+        maxw = torch.exp(torch.log(stats.max_weight).mean(0)).reshape(-1, len(x)).numpy()
+        return x, np.median(maxw, 0)
+    if yardstick == "critical_n":
+        search = m.result["row"].search
+        alpha = m.statistics["alpha"]
+        fr = [np.nan if f is None else f for f in search.fraction(alpha)]
+        return np.asarray(search.lengths), np.asarray(fr, dtype=float)
+    if yardstick == "separability":
+        return np.asarray(m.statistics["n_grid"]), np.asarray(m.statistics["median"])
+    if yardstick == "jacobian":
+        curves = m.result["curves"]     # g: [temperatures, epsilons], max over heads
+        return np.asarray(curves.t), np.asarray(curves.g)[:, int(np.argmin(curves.eps))]
+    raise ValueError(f"yardstick={yardstick!r}: choose one of {list(YARDSTICK_CLAIMS)}")
+
+
+_AXES = {
+    "vanishing": dict(xscale="log", yscale="log", xlabel="L (keys visible)",
+                      ylabel="largest weight (median head)", title="Vanishing attention"),
+    "critical_n": dict(xscale="log", xlabel="L", ylabel="critical N / L",
+                       title="Critical N (paper's protocol)"),
+    "separability": dict(xscale="log", xlabel="N (top-N tokens)", ylabel="$N_s/N$ (median head)",
+                         ylim=(0, 1.05), title="Geometric separability"),
+    "jacobian": dict(xscale="log", yscale="log", xlabel="temperature T",
+                     ylabel="g(T, smallest ε), max over heads", title="Gradient sensitivity"),
+}
+
+
+def plot_yardstick(results: Sequence[Surveyed], yardstick: str, ax=None):
+    """Every surveyed model's headline curve for ``yardstick`` on ``ax`` (default: a new figure);
+    returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4)) if ax is None else (ax.figure, ax)
+    for r in results:
+        if yardstick not in r.measured:
+            continue
+        x, y = _curve(r, yardstick)
+        ax.plot(x, y, "o-", ms=3, label=f"{r.name} ({r.positions})")
+    if yardstick == "vanishing":
+        lengths = np.asarray(sorted({v for r in results for v in _curve(r, "vanishing")[0]}))
+        ax.plot(lengths, 1 / lengths, "k--", lw=1, label="1/L (uniform)")
+    ax.set(**_AXES[yardstick])
+    ax.legend(fontsize="small")
+    return fig

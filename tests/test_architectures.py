@@ -1,0 +1,127 @@
+"""The architectures chapter's machinery: the model list, skipped models with their reasons, the
+yardsticks per model through the audit's code, the tables and figures."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import torch
+
+from conftest import make_tiny_gpt2
+from normlimits import architectures as A
+from normlimits.corpus import Corpus
+from normlimits.models import BYTE_TOKENIZER_FILE, ModelError, load_model
+from normlimits.settings import SettingError
+
+LENGTH = 64
+TEXT = ("Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. " * 60)
+CORPUS = Corpus(TEXT, hashlib.sha256(TEXT.encode()).hexdigest(), "test text")
+
+
+def test_model_names_default_setting_and_errors(monkeypatch):
+    monkeypatch.delenv(A.ARCHITECTURES_ENV, raising=False)
+    assert A.model_names()[:2] == ["standin", "standin-rope"]
+    assert "gpt2-medium" in A.model_names(), "the paper's 'larger variants' remark is tested online"
+    monkeypatch.setenv(A.ARCHITECTURES_ENV, " standin-rope, gpt2 ,standin-rope")
+    assert A.model_names() == ["standin-rope", "gpt2"]
+    with pytest.raises(SettingError, match="NORMLIMITS_ARCHITECTURES=' , ' names no model"):
+        A.model_names(" , ")
+
+
+def test_positions_are_named_from_the_configuration():
+    from transformers import BloomConfig, GPT2Config, LlamaConfig
+
+    assert A.positions_of(GPT2Config()) == "learned absolute"
+    assert A.positions_of(LlamaConfig()) == "rotary (RoPE)"
+    assert A.positions_of(BloomConfig()) == "ALiBi"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """A tiny GPT-2 and a tiny Llama (grouped-query attention) saved with the byte tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("models")
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, max_position_embeddings=128,
+                                         attn_implementation="eager"))
+    out = {}
+    for name, model in (("gpt2", make_tiny_gpt2(n_positions=128)), ("llama", llama)):
+        model.save_pretrained(root / name)
+        (root / name / BYTE_TOKENIZER_FILE).write_text(json.dumps({"kind": "bytes"}))
+        out[name] = root / name
+    return out
+
+
+@pytest.fixture(scope="module")
+def surveyed(folders):
+    names = [str(folders["gpt2"]), "no/such/model/folder", str(folders["llama"])]
+    return list(A.survey(names, CORPUS, 2, max_length=LENGTH,
+                         loader=lambda n: load_model(n, origin=A.ARCHITECTURES_ENV)))
+
+
+def test_a_model_that_cannot_be_loaded_is_skipped_with_its_reason(surveyed):
+    skipped = [r for r in surveyed if isinstance(r, A.Skipped)]
+    assert [s.name for s in skipped] == ["no/such/model/folder"]
+    assert "NORMLIMITS_ARCHITECTURES='no/such/model/folder': no such directory" in skipped[0].reason
+
+
+def test_an_offline_hub_id_is_skipped_saying_so(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (skipped,) = A.survey(["EleutherAI/pythia-160m-not-cached"], CORPUS, 1)
+    assert isinstance(skipped, A.Skipped)
+    assert "not available" in skipped.reason and "HF_HUB_OFFLINE=1" in skipped.reason
+
+
+def test_every_loaded_model_gets_every_yardsticks_rows(surveyed):
+    done = [r for r in surveyed if isinstance(r, A.Surveyed)]
+    assert [r.family for r in done] == ["gpt2", "llama"]
+    assert [r.positions for r in done] == ["learned absolute", "rotary (RoPE)"]
+    assert done[1].kv_heads == 2 and done[1].heads == 4
+    expected = [c for claims in A.YARDSTICK_CLAIMS.values() for c in claims]
+    for r in done:
+        assert [row["id"] for row in r.rows()] == expected
+        assert all(row["model"] == r.label for row in r.rows())
+        assert r.length == LENGTH and r.windows == 2
+
+
+def test_the_yardsticks_are_the_audits(surveyed, folders):
+    """Same model, same windows: the survey's rows are the audit's rows."""
+    from normlimits.audit import run_audit
+    from normlimits.corpus import token_windows
+    from normlimits.yardsticks import AuditConfig
+
+    loaded = load_model(str(folders["llama"]))
+    torch.manual_seed(0)
+    run = run_audit(loaded, token_windows(loaded, CORPUS, LENGTH, 2), AuditConfig(length=LENGTH))
+    direct = [row for m in run["measured"].values() for row in m.rows]
+    llama = [r for r in surveyed if isinstance(r, A.Surveyed)][1]
+    assert [(r["id"], r["verdict"], r["criteria"]) for r in direct] == \
+        [(r["id"], r["verdict"], r["criteria"]) for r in llama.rows()]
+
+
+def test_tables_and_figures(surveyed):
+    done = [r for r in surveyed if isinstance(r, A.Surveyed)]
+    table = A.comparison_table(done)
+    assert list(table.columns) == [r.name for r in done]
+    assert table.loc["positions"].tolist() == ["learned absolute", "rotary (RoPE)"]
+    assert table.loc["query / key-value heads per layer"].tolist() == ["4 / 4", "4 / 2"]
+    verdicts = A.verdict_table(done)
+    assert list(verdicts.index) == ["NU", "C1", "F2c", "F2a", "F3", "F4", "EPS"]
+    assert all(": " in cell for cell in verdicts.to_numpy().ravel())
+    for yardstick in A.YARDSTICK_CLAIMS:
+        fig = A.plot_yardstick(done, yardstick)
+        assert len(fig.axes[0].lines) >= len(done)
+    with pytest.raises(ValueError, match="yardstick='entropy'"):
+        A._curve(done[0], "entropy")
+
+
+def test_holds_reads_every_verdict():
+    from normlimits.claims.rules import VERDICTS
+
+    assert set(A.HOLDS) == set(VERDICTS)
+    assert A.holds("refuted") == "does not hold" and A.holds("corrected") == "holds (corrected form)"
