@@ -365,7 +365,8 @@ def run_all(faults: Sequence[Fault], *, root: Path = ROOT, real_cache: Path | No
     if baseline:
         tests = list(dict.fromkeys(t for f in faults for t in f.tests))
         chapters = list(dict.fromkeys(c for f in faults for c in f.chapters))
-        log(f"baseline (no fault): {len(tests)} test ids, chapters {', '.join(chapters) or 'none'}")
+        log(f"baseline (no fault): {0 if skip_tests else len(tests)} test ids, chapters "
+            f"{'none' if skip_chapters or not chapters else ', '.join(chapters)}")
         base = run_fault(None, checks_of(tests, chapters), root=root, real_cache=real_cache)
         for c in base["checks"]:
             log(f"  {c['kind']} {c['target'][:50]}: {'passes' if c['caught'] is False else 'FAILS: ' + c['detail']}"
