@@ -134,8 +134,11 @@ def test_private_cache_copies_results_and_never_links(tmp_path):
     (real / "standin" / "abc").mkdir(parents=True)
     (real / "standin" / "abc" / "model.safetensors").write_text("weights")
     (real / "standin" / "abc.lock").write_text("")
+    (real / "standin" / ".tmp-123").mkdir()              # a training in progress
     (real / "corpus").mkdir()
+    assert F.has_standin(real) and not F.has_standin(tmp_path / "none")
     cache = F.prepare_cache(tmp_path / "run", real)
+    assert not (cache / "standin" / ".tmp-123").exists()
     copied = cache / "standin" / "abc" / "model.safetensors"
     assert copied.read_text() == "weights" and not copied.is_symlink() and not (cache / "standin").is_symlink()
     assert not (cache / "standin" / "abc.lock").exists() and not (cache / "corpus").exists()
@@ -173,6 +176,13 @@ def test_table_and_json_report(tmp_path):
     table = F.format_table(report)
     assert "a      caught" in table and "bb     SLIPPED" in table and table.endswith("1 of 2 faults caught in 4 s")
     json.dumps(report)
+
+
+def test_chapters_without_a_trained_standin_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMLIMITS_CACHE", str(tmp_path / "empty"))
+    monkeypatch.delenv("NORMLIMITS_MODEL", raising=False)
+    with pytest.raises(F.FaultError, match="make standin"):
+        F.main(["--only", "causal-mask-dropped", "--json", str(tmp_path / "r.json")])
 
 
 def test_unknown_fault_ids_are_refused(capsys):

@@ -157,8 +157,14 @@ def prepare_cache(dest: Path, real_cache: Path | None) -> Path:
     for name in CACHED_RESULTS:
         source = Path(real_cache) / name if real_cache is not None else None
         if source is not None and source.is_dir():
-            shutil.copytree(source, cache / name, ignore=shutil.ignore_patterns("*.lock", "*.tmp*"))
+            shutil.copytree(source, cache / name, ignore=shutil.ignore_patterns("*.lock", ".tmp-*", ".old-*"))
     return cache
+
+
+def has_standin(real_cache: Path) -> bool:
+    """Whether the real cache holds a trained stand-in (a checkpoint folder, not just a lock)."""
+    folder = Path(real_cache) / "standin"
+    return folder.is_dir() and any(p.is_dir() and not p.name.startswith(".") for p in folder.iterdir())
 
 
 def run_environment(src: Path, cache: Path, ledger: Path) -> dict[str, str]:
@@ -420,6 +426,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             apply_edits(fault, copy_package(ROOT / "src", Path(tmp)))
     from .settings import cache_dir
 
+    model = os.environ.get("NORMLIMITS_MODEL", "standin").strip() or "standin"
+    if not args.skip_chapters and model == "standin" and not has_standin(cache_dir()):
+        raise FaultError(f"no trained stand-in in {cache_dir() / 'standin'}: every fault would train its "
+                         "own (10 minutes each). Run `make standin` first, or pass --skip-chapters.")
     report = run_all(faults, real_cache=cache_dir(), skip_tests=args.skip_tests,
                      skip_chapters=args.skip_chapters, baseline=not args.no_baseline)
     print(format_table(report))
