@@ -124,6 +124,14 @@ def test_a_check_failing_at_baseline_does_not_count():
     assert F.where_caught(entry, {"t::a"}).endswith("chapter vanishing: AssertionError")
 
 
+def test_a_fault_with_no_selected_check_is_not_run_and_not_counted():
+    entry = {"checks": []}
+    assert F.verdict(entry, set()) == "not run"
+    report = {"faults": [{"id": "a", "verdict": "not run", "seconds": 0.0, "where": "nothing"}],
+              "caught": 0, "total": 0, "seconds": 1.0}
+    assert F.format_table(report).endswith("0 of 0 faults caught in 1 s (1 not run: no check selected)")
+
+
 def test_parse_pytest_reads_the_short_summary():
     out = "x\nFAILED tests/a.py::test_b[1-2] - assert 1 == 2\nERROR tests/c.py::test_d - boom\n1 failed"
     assert F.parse_pytest(out) == ["tests/a.py::test_b[1-2]", "tests/c.py::test_d"]

@@ -334,8 +334,11 @@ def _counts(check: dict, failing: set[str]) -> bool:
 
 
 def verdict(entry: dict, failing: set[str]) -> str:
-    """'caught' when a check that passes at baseline failed; else 'SLIPPED', or 'error' when a
-    check could not run."""
+    """'caught' when a check that passes at baseline failed; else 'SLIPPED', 'error' when a
+    check could not run, or 'not run' when no check was selected (``--skip-tests`` on a fault
+    that only tests catch)."""
+    if not entry["checks"]:
+        return "not run"
     if any(_counts(c, failing) for c in entry["checks"]):
         return "caught"
     if any(c["caught"] is None for c in entry["checks"]):
@@ -387,7 +390,7 @@ def run_all(faults: Sequence[Fault], *, root: Path = ROOT, real_cache: Path | No
         entries.append(entry)
     caught = sum(e["verdict"] == "caught" for e in entries)
     return {"faults": entries, "baseline": base, "baseline_failures": sorted(failing), "caught": caught,
-            "total": len(entries), "seconds": time.perf_counter() - start}
+            "total": sum(e["verdict"] != "not run" for e in entries), "seconds": time.perf_counter() - start}
 
 
 def format_table(report: dict) -> str:
@@ -396,7 +399,9 @@ def format_table(report: dict) -> str:
     width = max([len("fault")] + [len(r[0]) for r in rows])
     lines = [f"{'fault':<{width}}  {'verdict':<8} {'s':>4}  where caught", "-" * (width + 30)]
     lines += [f"{r[0]:<{width}}  {r[1]:<8} {r[2]:>4}  {r[3]}" for r in rows]
-    lines.append(f"{report['caught']} of {report['total']} faults caught in {report['seconds']:.0f} s")
+    skipped = len(report["faults"]) - report["total"]
+    lines.append(f"{report['caught']} of {report['total']} faults caught in {report['seconds']:.0f} s"
+                 + (f" ({skipped} not run: no check selected)" if skipped else ""))
     return "\n".join(lines)
 
 
