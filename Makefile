@@ -13,7 +13,7 @@ INSTALLED := $(VENV)/.installed
 MATHJAX := book/_mathjax/mathjax/tex-mml-chtml.js
 BUILD_FLAGS := --builder html -W -n --keep-going
 
-.PHONY: help install book pdf colab test test-fast lab bench standin browser clean distclean
+.PHONY: help install book pdf colab test test-fast faults lab bench standin browser clean distclean
 
 help:
 	@echo "make book   - set up the environment if needed and build the book to _build/html"
@@ -21,6 +21,7 @@ help:
 	@echo "make pdf    - the whole book as one PDF (_build/pdf/book.pdf)"
 	@echo "make lab    - JupyterLab on the book; chapters open as notebooks rendered as MyST"
 	@echo "make bench  - the paper's five experiments at GPT-2 124M size, timed (_build/bench.json)"
+	@echo "make faults - plant the faults of tools/faults.toml one by one; which tests and chapters catch each"
 	@echo "make clean  - remove build outputs (keeps the environment and the model cache)"
 
 # --- environment ------------------------------------------------------------------------------
@@ -81,6 +82,11 @@ test: $(INSTALLED) $(MATHJAX) browser
 
 test-fast: $(INSTALLED)
 	$(PY) -m pytest -m "not book and not browser"
+
+# Planted scientific faults (tools/faults.toml), each applied to a copy of src/ and run through the
+# tests and chapters that should catch it (on the cached stand-in); not part of `make test`.
+faults: standin
+	$(PY) -m normlimits.faults
 
 # JupyterLab on book/: chapters open as notebooks (jupytext) rendered by jupyterlab-myst, the glued
 # numbers shown in the prose once a chapter has run (src/normlimits/lab.py configures both).

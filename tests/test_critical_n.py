@@ -46,6 +46,20 @@ def test_ks_matches_scipy_and_critical_is_first_pass():
         C.ks_critical_n(a, b, grid, alphas=(1.5,))
 
 
+def test_each_level_gets_its_own_critical_n():
+    """Samples whose p-values fall between the two levels: the levels' critical N differ, each is
+    the first N passing at that level, and the stricter level (0.01, smaller) comes first."""
+    rng = np.random.default_rng(0)
+    heads, grid = 40, [1, 4, 16]
+    a = rng.normal(size=(heads, 3)) + np.array([3.0, 0.6, 0.0])
+    b = rng.normal(size=(heads, 3))
+    p = [ks_2samp(a[:, j], b[:, j]).pvalue for j in range(3)]
+    assert p[0] < 0.01 < p[1] < 0.05 < p[2], "the samples no longer separate the levels"
+    res = C.ks_critical_n(a, b, grid, alphas=(0.01, 0.05))
+    assert res.critical == {0.01: 4, 0.05: 16}
+    assert C.ks_critical_n(a, b, grid, alphas=(0.05, 0.01)).critical == {0.01: 4, 0.05: 16}
+
+
 def test_samples_that_differ_below_L_report_none_below_L():
     """The audit's case: true and expected differ at every N < L, and at N = L both are all 0.
     The old grid included N = L, where the KS test returns p = 1 and "found" a critical N = L;

@@ -182,6 +182,14 @@ def test_softmax_matches_softmax_with_temperature():
     assert torch.allclose(N.softmax(z), N.softmax_with_temperature(z), atol=0)
 
 
+@pytest.mark.parametrize("temperature", [0.1, 0.5, 3.0])
+def test_softmax_with_temperature_divides_the_logits_by_t(temperature):
+    z = random_masked()
+    expected = torch.softmax(z / temperature, dim=-1)
+    assert torch.allclose(N.softmax_with_temperature(z, temperature=temperature), expected, atol=1e-15)
+    assert torch.allclose(N.get_normalizer("softmax").at_temperature(z, temperature), expected, atol=1e-15)
+
+
 @given(st.lists(st.floats(-20, 20), min_size=1, max_size=12))
 @settings(max_examples=150, deadline=None)
 def test_sparsemax_agrees_with_reference_and_entmax(values):

@@ -45,6 +45,24 @@ def test_temperature_one_is_the_stock_model_exactly():
         assert torch.equal(a, b)
 
 
+def test_temperature_one_keeps_gpt2s_per_layer_scaling():
+    """With ``scale_attn_by_inverse_layer_idx`` GPT-2 divides layer i's q.k by i + 1: T = 1 must keep
+    that (set_temperature rewrites every block's scaling), so the model stays the stock one."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(**{**TT.TR_CONFIG, **TINY, "n_layer": 3}, scale_attn_by_inverse_layer_idx=True,
+                        attn_implementation="eager")
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).eval()
+    stock = [float(block.attn.scaling) for block in model.transformer.h]
+    assert len(set(stock)) == 3, "the layers' own scalings differ"
+    TT.set_temperature(model, 1.0)
+    assert [float(block.attn.scaling) for block in model.transformer.h] == stock
+    assert TT.model_temperature(model) == 1.0
+    TT.set_temperature(model, 0.5)
+    assert [float(block.attn.scaling) for block in model.transformer.h] == [2 * s for s in stock]
+
+
 def test_same_seed_same_weights_whatever_the_temperature():
     a, b = tiny(0.1), tiny(3.0)
     for (na, pa), (nb, pb) in zip(a.state_dict().items(), b.state_dict().items()):
