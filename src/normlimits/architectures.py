@@ -193,6 +193,8 @@ def verdict_table(results: Iterable[Surveyed]) -> pd.DataFrame:
 
 def _curve(r: Surveyed, yardstick: str):
     """(x, y) of one model's headline curve for ``yardstick``."""
+    if yardstick not in YARDSTICK_CLAIMS:
+        raise ValueError(f"yardstick={yardstick!r}: choose one of {list(YARDSTICK_CLAIMS)}")
     m = r.measured[yardstick]
     if yardstick == "vanishing":
         stats = m.result["stats"]
@@ -206,10 +208,8 @@ def _curve(r: Surveyed, yardstick: str):
         return np.asarray(search.lengths), np.asarray(fr, dtype=float)
     if yardstick == "separability":
         return np.asarray(m.statistics["n_grid"]), np.asarray(m.statistics["median"])
-    if yardstick == "jacobian":
-        curves = m.result["curves"]     # g: [temperatures, epsilons], max over heads
-        return np.asarray(curves.t), np.asarray(curves.g)[:, int(np.argmin(curves.eps))]
-    raise ValueError(f"yardstick={yardstick!r}: choose one of {list(YARDSTICK_CLAIMS)}")
+    curves = m.result["curves"]         # jacobian; g: [temperatures, epsilons], max over heads
+    return np.asarray(curves.t), np.asarray(curves.g)[:, int(np.argmin(curves.eps))]
 
 
 _AXES = {
