@@ -91,7 +91,17 @@ class Surveyed:
         return [row for m in self.measured.values() for row in m.rows]
 
     def statistic(self, yardstick: str, key: str):
+        """A number the yardstick reported (None when it did not run or has no such number)."""
+        if yardstick not in self.measured:
+            return None
         return self.measured[yardstick].statistics.get(key)
+
+    def criterion(self, claim_id: str, key: str):
+        """The value of criterion ``key`` in the row of ``claim_id`` (None when not graded)."""
+        for row in self.rows():
+            if row["id"] == claim_id:
+                return next((c["value"] for c in row["criteria"] if c["key"] == key), None)
+        return None
 
 
 _LEARNED = ("gpt2", "opt", "gpt_neo", "gpt_bigcode", "biogpt")
@@ -161,9 +171,6 @@ def holds(verdict: str) -> str:
 
 def comparison_table(results: Iterable[Surveyed]) -> pd.DataFrame:
     """One column per model: architecture, size, and the headline statistic of each yardstick."""
-    def stat(r, yardstick, key):
-        return r.statistic(yardstick, key) if yardstick in r.measured else None
-
     columns = {}
     for r in results:
         columns[r.name] = {
@@ -171,12 +178,12 @@ def comparison_table(results: Iterable[Surveyed]) -> pd.DataFrame:
             "query / key-value heads per layer": f"{r.heads} / {r.kv_heads}",
             "layers": r.layers, "parameters (M)": round(r.params / 1e6, 2),
             "L (windows x tokens)": f"{r.windows} x {r.length}",
-            "largest-weight exponent in L (median head)": stat(r, "vanishing", "exponent"),
-            "rows with L > e^(2 Delta/T)": stat(r, "vanishing", "regime"),
-            "critical N / L at the largest L": stat(r, "critical_n", "fraction"),
-            "true / expected distance at N = 5": stat(r, "critical_n", "close"),
-            "N_s/N plateau (median head)": stat(r, "separability", "level"),
-            "slope of g in T at low T (deviation from -1)": stat(r, "jacobian", "low_slope"),
+            "largest-weight exponent in L (median head)": r.criterion("NU", "exponent"),
+            "rows with L > e^(2 Delta/T)": r.criterion("NU", "regime"),
+            "critical N / L at the largest L": r.criterion("F2c", "fraction"),
+            "true / expected distance at N = 5": r.criterion("F2a", "close"),
+            "N_s/N plateau (median head)": r.criterion("F3", "level"),
+            "slope of g in T at low T (deviation from -1)": r.criterion("F4", "low_slope"),
         }
     return pd.DataFrame(columns)
 
