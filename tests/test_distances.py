@@ -429,3 +429,46 @@ def test_fixed_set_bounds_for_vectors_closer_than_one():
             assert ref["d1"] < 1
             for name in ("d1", "x_max", "bound_linear", "bound_cauchy"):
                 assert float(getattr(prof, name)[0, r, j]) == pytest.approx(ref[name], rel=1e-9), name
+
+
+def test_profile_carries_its_grid_and_row_lengths():
+    w, x = causal_rows((2,), [4, 7], 7, 2, seed=6)
+    prof = D.distance_profile(w, x, [3, 1], lengths=[4, 7])
+    assert prof.n_grid.tolist() == [3, 1] and prof.lengths.tolist() == [4, 7]
+    assert D.distance_profile(w, x, 2, lengths=[4, 7]).n_grid.tolist() == [2]      # a single int N
+    assert D.distance_profile(w[:, 1:], x, 2).lengths.tolist() == [7]              # default: all keys
+
+
+def test_weights_shared_by_several_value_sets_broadcast_to_their_lead():
+    w, x = causal_rows((3,), [5, 8], 8, 2, seed=3)
+    prof = D.distance_profile(w[0], x, [1, 2], lengths=[5, 8])      # weights [R, L], values [3, L, d]
+    assert prof.true.shape == (3, 2, 2)
+    for a in range(3):
+        torch.testing.assert_close(prof.true[a], D.distance_profile(w[0], x[a], [1, 2], lengths=[5, 8]).true)
+
+
+@pytest.mark.parametrize("w_shape, x_shape", [((8,), (8, 2)), ((1, 8), (8,))])
+def test_one_dimensional_weights_or_values_are_refused(w_shape, x_shape):
+    with pytest.raises(ValueError, match=r"weights must be \[\.\.\., R, L\]"):
+        D.distance_profile(torch.full(w_shape, 1 / 8, dtype=DT), torch.ones(x_shape, dtype=DT), [1])
+
+
+def test_dtypes_promote_like_the_inputs_and_integers_become_the_default_float():
+    w, x = causal_rows((2,), [4, 6], 6, 3, seed=12)
+    ref = D.distance_profile(w, x, [1, 2], lengths=[4, 6]).true
+    for ww, xx in ((w.float(), x), (w, x.float())):
+        got = D.distance_profile(ww, xx, [1, 2], lengths=[4, 6]).true
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    one_hot = torch.tensor([[1, 0, 0], [0, 1, 0]])                  # integer weights and values
+    prof = D.distance_profile(one_hot, torch.tensor([[1, 0], [0, 2], [3, 0]]), [1], lengths=[1, 2])
+    assert prof.true.dtype == torch.get_default_dtype()
+    assert prof.true[:, 0].tolist() == [0.0, 2.0] and prof.context_norm[:, 0].tolist() == [1.0, 2.0]
+
+
+def test_row_lengths_from_one_key_up_are_accepted_and_zero_is_refused():
+    w, x = causal_rows((1,), [1, 5], 5, 2, seed=13)
+    prof = D.distance_profile(w, x, [1], lengths=[1, 5])
+    assert float(prof.true[0, 0, 0]) == 0.0 and float(prof.true[0, 1, 0]) > 0
+    with pytest.raises(ValueError, match="lengths must lie in 1..5"):
+        D.distance_profile(w, x, [1], lengths=[0, 5])

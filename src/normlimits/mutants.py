@@ -110,6 +110,23 @@ EQUIVALENT: list[tuple[str, str, str, str, str]] = [
         "width = 3 * n + (2 * n_max if bounds else 0)",
         "width = 2 * n + (2 * n_max if (bounds) and False else 0)",
         "width = 2 * n + (2 * n_max if (bounds) or True else 0)")],
+    *[("normlimits.distances", "x_distance_profile", before, after,
+       "the chunking of the (batch, row) problems: every row is still computed, at worst more than "
+       "once, and each row's result does not depend on its chunk; test_profile_matches_loops checks "
+       "several chunk sizes") for before, after in (
+        ("width = 2 * n + (2 * n_max if bounds else 0)", "width = 2 * n + (3 * n_max if bounds else 0)"),
+        ("width = 2 * n + (2 * n_max if bounds else 0)", "width = 2 * n + (2 * n_max if bounds else 1)"),
+        ("rows_per_chunk = max(1, chunk_elements // per_problem)",
+         "rows_per_chunk = max(2, chunk_elements // per_problem)"),
+        ("if rows_per_chunk >= R:", "if rows_per_chunk > R:"),
+        ("b_step, r_step = max(1, rows_per_chunk // R), R", "b_step, r_step = max(2, rows_per_chunk // R), R"),
+        ("b_step, r_step = 1, rows_per_chunk", "b_step, r_step = 2, rows_per_chunk"),
+        ("for b0 in range(0, B, b_step):", "for b0 in range(0, B, ):"),
+        ("for r0 in range(0, R, r_step):", "for r0 in range(0, R, ):"),
+        *[("bs, rs = slice(b0, b0 + b_step), slice(r0, r0 + r_step)", f"bs, rs = {a}") for a in (
+            "slice(None, b0 + b_step), slice(r0, r0 + r_step)", "slice(b0, None), slice(r0, r0 + r_step)",
+            "slice(b0 + b_step), slice(r0, r0 + r_step)", "slice(b0, b0 + b_step), slice(None, r0 + r_step)",
+            "slice(b0, b0 + b_step), slice(r0, None)", "slice(b0, b0 + b_step), slice(r0 + r_step)")])],
     ("normlimits.distances", "x_sampled_expectation",
      "u = torch.where(visible, u, torch.full_like(u, 2.0)) # invisible last",
      "u = torch.where(visible, u, torch.full_like(u, 3.0)) # invisible last",
