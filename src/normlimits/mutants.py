@@ -127,6 +127,66 @@ EQUIVALENT: list[tuple[str, str, str, str, str]] = [
             "slice(None, b0 + b_step), slice(r0, r0 + r_step)", "slice(b0, None), slice(r0, r0 + r_step)",
             "slice(b0 + b_step), slice(r0, r0 + r_step)", "slice(b0, b0 + b_step), slice(None, r0 + r_step)",
             "slice(b0, b0 + b_step), slice(r0, None)", "slice(b0, b0 + b_step), slice(r0 + r_step)")])],
+    # --- normlimits.normalizers ---
+    ("normlimits.normalizers", "x_softpick",
+     "small = torch.expm1(z.clamp_max(0.0)) # c = 0: every z <= 0",
+     "small = torch.expm1(z.clamp_max(1.0)) # c = 0: every z <= 0",
+     "`small` is used only where c = max(z_max, 0) = 0, i.e. where every visible z <= 0: both clamps are no-ops"),
+    ("normlimits.normalizers", "x_softpick",
+     "e = torch.where(visible, torch.where(shift > 0, shifted, small), torch.zeros_like(z))",
+     "e = torch.where(visible, torch.where(shift >= 0, shifted, small), torch.zeros_like(z))",
+     "at shift = 0 every visible z <= 0, so both branches give e <= 0, relu(e) = 0 and a zero row"),
+    ("normlimits.normalizers", "x_softpick",
+     "shift = top.clamp_min(0.0).detach()", "shift = top.clamp_min(1.0).detach()",
+     "any shift c >= max(z_max, 0) cancels in relu(e^{z-c} - e^{-c}) / sum |e^{z-c} - e^{-c}|; c = 1 for "
+     "z_max < 1 changes rounding only"),
+    ("normlimits.normalizers", "x_softpick",
+     "return torch.where(den > 0, torch.relu(e) / safe, torch.zeros_like(e))",
+     "return torch.where(den >= 0, torch.relu(e) / safe, torch.zeros_like(e))",
+     "den = 0 only for a row of e = 0, where relu(e) / safe = 0 / 1 = 0 as well"),
+    ("normlimits.normalizers", "x_self_adjusted_softmax",
+     "scale = torch.where(span > 0, (z - low) / safe, torch.zeros_like(z))",
+     "scale = torch.where(span >= 0, (z - low) / safe, torch.zeros_like(z))",
+     "span = 0 only for an all-zero row, where (z - low) / safe = 0 / 1 = 0 as well"),
+    *[("normlimits.normalizers", "x__ceil_sqrt",
+       "k = torch.where((k - 1) ** 2 >= count, k - 1, k) # guard float round-off both ways",
+       f"k = torch.where({a}) # guard float round-off both ways",
+       "the downward guard acts only if float64 sqrt rounds up past an integer, which the correctly rounded "
+       "sqrt never does; when the mutant lowers k wrongly, the upward guard below restores it") for a in (
+        "(k - 1) * 2 >= count, k - 1, k", "(k + 1) ** 2 >= count, k - 1, k", "(k - 2) ** 2 >= count, k - 1, k",
+        "(k - 1) ** 3 >= count, k - 1, k", "(k - 1) ** 2 > count, k - 1, k", "(k - 1) ** 2 >= count, k + 1, k",
+        "(k - 1) ** 2 >= count, k - 2, k")],
+    *[("normlimits.normalizers", "x__ceil_log2", "k = torch.where(2.0 ** (k - 1) >= count, k - 1, k)",
+       f"k = torch.where({a})",
+       "the downward guard acts only if float64 log2 rounds up past an integer (not for exact powers of 2, "
+       "nor below them); when the mutant lowers k wrongly, the upward guard below restores it") for a in (
+        "2.0 * (k - 1) >= count, k - 1, k", "3.0 ** (k - 1) >= count, k - 1, k", "2.0 ** (k + 1) >= count, k - 1, k",
+        "2.0 ** (k - 2) >= count, k - 1, k", "2.0 ** (k - 1) > count, k - 1, k", "2.0 ** (k - 1) >= count, k + 1, k",
+        "2.0 ** (k - 1) >= count, k - 2, k")],
+    *[("normlimits.normalizers", function, "count = visible_count(logits, dim, n, visible)",
+       f"count = visible_count(logits, dim, n, {a})",
+       "`visible` only saves visible_count from recomputing the same mask") for function in (
+        "x_sigmoid_attention", "x_topk_softmax") for a in ("None", "")],
+    *[("normlimits.normalizers", "x_asentmax",
+       "c = asentmax_scale(visible_count(logits, dim, n, visible), beta, delta, gamma)",
+       f"c = asentmax_scale(visible_count(logits, dim, n, {a}), beta, delta, gamma)",
+       "`visible` only saves visible_count from recomputing the same mask") for a in ("None", "")],
+    ("normlimits.normalizers", "x_topk_softmax", "k = topk_size(count, rule).to(logits.dtype)",
+     "k = topk_size(count, rule).to(None)",
+     "k holds small integers, exact in float64 as in the logits' dtype; it is only compared with places"),
+    ("normlimits.normalizers", "x_topk_softmax",
+     "places = torch.arange(order.shape[-1], device=logits.device, dtype=logits.dtype)",
+     "places = torch.arange(order.shape[-1], device=logits.device, dtype=None)",
+     "places holds small integers, only compared with k: an integer arange compares the same"),
+    ("normlimits.normalizers", "x_topk_softmax",
+     "places = torch.arange(order.shape[-1], device=logits.device, dtype=logits.dtype)",
+     "places = torch.arange(order.shape[-1], device=logits.device, )",
+     "places holds small integers, only compared with k: an integer arange compares the same"),
+    # --- normlimits.separability ---
+    ("normlimits.separability", "x_min_pairwise_distance_reference",
+     "out = torch.stack([(x[iu[0]] - x[iu[1]]).norm(dim=-1).min() for x in flat])",
+     "out = torch.stack([(x[iu[0]] - x[iu[1]]).norm(dim=+1).min() for x in flat])",
+     "the differences are 2-D [pairs, d]: dim 1 is dim -1"),
     ("normlimits.distances", "x_sampled_expectation",
      "u = torch.where(visible, u, torch.full_like(u, 2.0)) # invisible last",
      "u = torch.where(visible, u, torch.full_like(u, 3.0)) # invisible last",
@@ -140,7 +200,7 @@ EQUIVALENT: list[tuple[str, str, str, str, str]] = [
 
 def _device_free(line: str) -> str:
     line = re.sub(r"\.to\([\w.]+\.device\)", ".to(None)", line)
-    line = re.sub(r"device=[\w.]+", "", line)
+    line = re.sub(r"device=[\w.]+,?\s*", "", line)
     return re.sub(r"[\s,]+\)", ")", line.replace(" ", ""))
 
 
