@@ -87,10 +87,10 @@ test-fast: $(INSTALLED)
 # pinned here with what it pulls in, mutates the modules of [tool.mutmut] in pyproject.toml in a
 # copy under mutants/ and runs, per mutant, the fast tests that call the mutated function; then
 # src/normlimits/mutants.py prints killed / survived / timeout / score per module.
-# MODULES="distances jacobian" runs the mutants of those modules only (the others keep their last
-# results); MUTANT_CHILDREN sets mutmut's parallel workers.
+# MODULES="distances jacobian" runs (again) every mutant of those modules only; the others keep
+# their last results. MUTANT_CHILDREN sets mutmut's parallel workers.
 MUTMUT_PINS := mutmut==3.8.1 libcst==1.9.0 textual==8.2.8 setproctitle==1.3.8 coverage==7.17.5
-MODULES ?=
+MODULES ?= normalizers distances separability separability_bounds jacobian vanishing alternatives
 MUTANT_CHILDREN ?= 1
 mutants: $(INSTALLED)
 	@$(PY) -c "import mutmut, sys; sys.exit(mutmut.__version__ != '3.8.1')" 2>/dev/null || $(PIP) install --quiet $(MUTMUT_PINS)

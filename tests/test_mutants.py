@@ -132,6 +132,8 @@ def test_main_reports_modules_survivors_and_the_goal(results, capsys):
     out = capsys.readouterr().out
     assert "pkg.mod" in out and "pkg.other" not in out
     assert "- return y + 1" in out and "+ return y - 1" in out
+    assert mutants.main(["--root", str(results), "--names", "mod"]) == 0
+    assert capsys.readouterr().out.split() == ["pkg.mod.x_scale__mutmut_2", "pkg.mod.xǁBoxǁsize__mutmut_1"]
     assert mutants.main(["--root", str(results), "--fail-under", "0.9"]) == 1
     assert mutants.main(["--root", str(results / "nothing")]) == 2
     assert "run `make mutants` first" in capsys.readouterr().err
@@ -147,6 +149,10 @@ def test_every_listed_equivalent_mutant_names_a_mutated_module_and_a_reason():
 def test_mutmut_is_pinned_and_its_folders_are_ignored():
     make = (ROOT / "Makefile").read_text()
     assert "mutmut==3." in make and "\nmutants:" in make
+    default = next(line for line in make.splitlines() if line.startswith("MODULES ?="))
+    mutated = {p.removeprefix("src/normlimits/").removesuffix(".py")
+               for p in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]}
+    assert set(default.split("=", 1)[1].split()) == mutated       # a plain `make mutants` runs them all
     ignored = (ROOT / ".gitignore").read_text().splitlines()
     assert "mutants/" in ignored
 

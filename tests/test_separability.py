@@ -296,3 +296,20 @@ def test_min_pairwise_distance_reference_of_two_and_of_neighbours():
     assert float(S.min_pairwise_distance(line)) == 0.5
     with pytest.raises(ValueError, match="at least two"):
         S.min_pairwise_distance_reference(two[:1])
+
+
+def test_min_pairwise_distance_in_chunks_of_one_pair():
+    _, vectors = random_problem(5, batch=2, length=12, dim=3)
+    torch.testing.assert_close(S.min_pairwise_distance(vectors, pair_chunk=1),
+                               S.min_pairwise_distance_reference(vectors), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="pair_chunk must be >= 1"):
+        S.min_pairwise_distance(vectors, pair_chunk=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_min_pairwise_distance_of_huge_vectors_screens_in_float64(dtype):
+    # squared norms above 1e30 would overflow a float32 screen: the screen runs in float64
+    _, vectors = random_problem(6, batch=2, length=10, dim=3)
+    huge = (vectors * 1e16).to(dtype)
+    torch.testing.assert_close(S.min_pairwise_distance(huge), S.min_pairwise_distance_reference(huge),
+                               rtol=0, atol=0)

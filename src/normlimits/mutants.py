@@ -183,6 +183,25 @@ EQUIVALENT: list[tuple[str, str, str, str, str]] = [
      "places = torch.arange(order.shape[-1], device=logits.device, )",
      "places holds small integers, only compared with k: an integer arange compares the same"),
     # --- normlimits.separability ---
+    *[("normlimits.separability", "x_min_pairwise_distance", before, after,
+       "a choice of the screen that keeps its margin valid (a wider candidate set, or a float64 screen "
+       "where float32 would do): the float64 recheck of the candidates makes the result exact either way")
+      for before, after in (
+        *[('if torch.get_float32_matmul_precision() != "highest" or float(norms2.max()) > 1e30:', a) for a in (
+            'if torch.get_float32_matmul_precision() == "highest" or float(norms2.max()) > 1e30:',
+            'if torch.get_float32_matmul_precision() != "XXhighestXX" or float(norms2.max()) > 1e30:',
+            'if torch.get_float32_matmul_precision() != "HIGHEST" or float(norms2.max()) > 1e30:',
+            'if torch.get_float32_matmul_precision() != "highest" or float(norms2.max()) >= 1e30:')],
+        *[("c = screen_margin(dim) if screen_dtype == torch.float32 else 1e-13 * (dim + 10)", a) for a in (
+            "c = screen_margin(dim) if (screen_dtype == torch.float32) or True else 1e-13 * (dim + 10)",
+            "c = screen_margin(dim) if screen_dtype == torch.float32 else 1e-13 / (dim + 10)",
+            "c = screen_margin(dim) if screen_dtype == torch.float32 else 1.0000000000001 * (dim + 10)",
+            "c = screen_margin(dim) if screen_dtype == torch.float32 else 1e-13 * (dim + 11)")],
+        ("xs, n_s = x.to(screen_dtype), norms2.to(screen_dtype)[..., None]",
+         "xs, n_s = x.to(None), norms2.to(screen_dtype)[..., None]"),
+        ("xs, n_s = x.to(screen_dtype), norms2.to(screen_dtype)[..., None]",
+         "xs, n_s = x.to(screen_dtype), norms2.to(None)[..., None]"),
+        ("row_min = d2.amin(-1) # [B, L]", "row_min = d2.amin(+1) # [B, L]"))],
     ("normlimits.separability", "x_min_pairwise_distance_reference",
      "out = torch.stack([(x[iu[0]] - x[iu[1]]).norm(dim=-1).min() for x in flat])",
      "out = torch.stack([(x[iu[0]] - x[iu[1]]).norm(dim=+1).min() for x in flat])",
@@ -406,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("modules", nargs="*", help="modules to report (default: every mutated module)")
     parser.add_argument("--root", default="mutants", help="mutmut's working folder (default: mutants)")
     parser.add_argument("--survivors", action="store_true", help="list each surviving mutant and its change")
+    parser.add_argument("--names", action="store_true",
+                        help="print only the names of the mutants that survived (not listed as equivalent), "
+                             "to re-run them after adding tests: mutmut run $(python -m normlimits.mutants --names)")
     parser.add_argument("--fail-under", type=float, default=None,
                         help="exit 1 if a module's score is below this fraction (e.g. 0.9)")
     args = parser.parse_args(argv)
@@ -414,6 +436,10 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as err:
         print(err, file=sys.stderr)
         return 2
+    if args.names:
+        print(" ".join(m.name for m in mutants if m.status in ("survived", "no tests", "suspicious")
+                       and not m.equivalent and not m.message))
+        return 0
     table = scores(mutants)
     print(format_table(table))
     stale = [m for m in mutants if m.equivalent and m.status in ("killed", "timeout")]
