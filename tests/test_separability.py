@@ -313,3 +313,16 @@ def test_min_pairwise_distance_of_huge_vectors_screens_in_float64(dtype):
     huge = (vectors * 1e16).to(dtype)
     torch.testing.assert_close(S.min_pairwise_distance(huge), S.min_pairwise_distance_reference(huge),
                                rtol=0, atol=0)
+
+
+def test_screen_margin_is_the_documented_constant_up_to_the_largest_dimension():
+    assert S.screen_margin(4) == 1.05 * (2 * 4 + 10) * 2.0 ** -24
+    largest = 167_770                                  # (d + 2) u < 0.01 <=> d < 0.01 * 2^24 - 2
+    assert S.screen_margin(largest) == 1.05 * (2 * largest + 10) * 2.0 ** -24
+    with pytest.raises(ValueError, match="too large"):
+        S.screen_margin(largest + 1)
+
+
+def test_a_vector_of_norm_exactly_eps_counts_as_zero():
+    with pytest.raises(ValueError, match="zero vector"):
+        S.project_to_sphere(torch.tensor([[1e-12, 0.0], [1.0, 1.0]], dtype=torch.float64), eps=1e-12)

@@ -183,6 +183,9 @@ EQUIVALENT: list[tuple[str, str, str, str, str]] = [
      "places = torch.arange(order.shape[-1], device=logits.device, )",
      "places holds small integers, only compared with k: an integer arange compares the same"),
     # --- normlimits.separability ---
+    ("normlimits.separability", "x_screen_margin", "if (dim + 2) * FLOAT32_UNIT >= 0.01:",
+     "if (dim + 2) * FLOAT32_UNIT > 0.01:",
+     "(d + 2) 2^-24 is dyadic and 0.01 is not: they are never equal"),
     *[("normlimits.separability", "x_min_pairwise_distance", before, after,
        "a choice of the screen that keeps its margin valid (a wider candidate set, or a float64 screen "
        "where float32 would do): the float64 recheck of the candidates makes the result exact either way")
