@@ -333,7 +333,7 @@ def replayed_draws(w, x, n, samples, lengths, seed):
     return d
 
 
-@pytest.mark.parametrize("chunk", [D.DEFAULT_CHUNK_ELEMENTS, 10, 2 * 96 + 50])
+@pytest.mark.parametrize("chunk", [D.DEFAULT_CHUNK_ELEMENTS, 10, 50, 2 * 96 + 50])
 def test_sampled_expectation_is_the_mean_and_standard_error_of_its_draws(chunk):
     # 2 x 2 rows of 8 keys, d = 3: 96 elements a sample, so chunks of 1 and 2 samples (7 = 2+2+2+1)
     w, x = causal_rows((2,), [6, 8], 8, 3, seed=5)

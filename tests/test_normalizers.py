@@ -606,7 +606,9 @@ def test_sink_normalizer_keeps_b_in_double_precision_and_names_it():
 
 
 def test_asentmax_passes_gamma_and_the_given_n_to_its_scale():
-    z = torch.randn(2, 12, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    # small logits: entmax keeps several keys, so every change of the scale shows
+    z = 0.1 * torch.randn(2, 12, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    assert (N.asentmax(z) > 0).sum(-1).min() > 2
     for n, gamma in ((None, 2.0), (50, 1.0)):
         c = N.asentmax_scale(torch.tensor(12.0 if n is None else float(n), dtype=torch.float64), None,
                              N.ASENTMAX_DELTA, gamma)
@@ -617,3 +619,13 @@ def test_a_fixed_top_k_of_one_is_allowed_and_zero_is_not():
     assert N.topk_size(torch.tensor([5.0, 1.0]), 1).tolist() == [1.0, 1.0]
     with pytest.raises(ValueError, match="k >= 1"):
         N.topk_size(5.0, 0)
+
+
+def test_sink_normalizer_entries_are_softmax_one_with_b():
+    from pathlib import Path
+
+    nz, one = N.sink_normalizer(0.0), NORMALIZERS["softmax1"]
+    assert (nz.sums_to_one, nz.sparse, nz.length_aware) == (one.sums_to_one, one.sparse, one.length_aware)
+    assert nz.formula.startswith(r"\frac{e^{z_i}}{e^{b}")
+    bib = (Path(__file__).resolve().parents[1] / "book" / "references.bib").read_text()
+    assert "{" + nz.cite + "," in bib

@@ -308,9 +308,9 @@ def test_min_pairwise_distance_in_chunks_of_one_pair():
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_min_pairwise_distance_of_huge_vectors_screens_in_float64(dtype):
-    # squared norms above 1e30 would overflow a float32 screen: the screen runs in float64
+    # squared norms near 1e40 overflow float32 (and exceed the 1e30 cap): the screen runs in float64
     _, vectors = random_problem(6, batch=2, length=10, dim=3)
-    huge = (vectors * 1e16).to(dtype)
+    huge = (vectors * 1e20).to(dtype)
     torch.testing.assert_close(S.min_pairwise_distance(huge), S.min_pairwise_distance_reference(huge),
                                rtol=0, atol=0)
 

@@ -187,8 +187,10 @@ EQUIVALENT: list[tuple[str, str, str, str, str]] = [
      "if (dim + 2) * FLOAT32_UNIT > 0.01:",
      "(d + 2) 2^-24 is dyadic and 0.01 is not: they are never equal"),
     *[("normlimits.separability", "x_min_pairwise_distance", before, after,
-       "a choice of the screen that keeps its margin valid (a wider candidate set, or a float64 screen "
-       "where float32 would do): the float64 recheck of the candidates makes the result exact either way")
+       "a choice of the screen that keeps its margin valid (a wider candidate set, a float64 screen where "
+       "float32 would do, a mixed float32/float64 product that promotes to float64, a 2-D or symmetric axis "
+       "that is the same axis, chunks of pairs that overlap): the float64 recheck of the candidates makes "
+       "the result exact either way, because the closest pair stays strictly below the threshold")
       for before, after in (
         *[('if torch.get_float32_matmul_precision() != "highest" or float(norms2.max()) > 1e30:', a) for a in (
             'if torch.get_float32_matmul_precision() == "highest" or float(norms2.max()) > 1e30:',
@@ -204,11 +206,52 @@ EQUIVALENT: list[tuple[str, str, str, str, str]] = [
          "xs, n_s = x.to(None), norms2.to(screen_dtype)[..., None]"),
         ("xs, n_s = x.to(screen_dtype), norms2.to(screen_dtype)[..., None]",
          "xs, n_s = x.to(screen_dtype), norms2.to(None)[..., None]"),
-        ("row_min = d2.amin(-1) # [B, L]", "row_min = d2.amin(+1) # [B, L]"))],
+        ("row_min = d2.amin(-1) # [B, L]", "row_min = d2.amin(+1) # [B, L]"),
+        ("row_min = d2.amin(-1) # [B, L]", "row_min = d2.amin(-2) # [B, L]"),
+        ("screen_dtype = torch.float32", "screen_dtype = None"),
+        ("screen_dtype = torch.float64 # reduced-precision products or float32 overflow void the bound",
+         "screen_dtype = None # reduced-precision products or float32 overflow void the bound"),
+        *[("threshold = row_min.amin(-1).double() + 4.0 * c * norms2.amax(-1) # screened min + 2 E",
+           f"threshold = {a} # screened min + 2 E") for a in (
+            "row_min.amin(+1).double() + 4.0 * c * norms2.amax(-1)",
+            "row_min.amin(-1).double() + 4.0 / c * norms2.amax(-1)",
+            "row_min.amin(-1).double() + 5.0 * c * norms2.amax(-1)",
+            "row_min.amin(-1).double() + 4.0 * c * norms2.amax(None)",
+            "row_min.amin(-1).double() + 4.0 * c * norms2.amax(+1)")],
+        ("bound = threshold.to(screen_dtype)", "bound = threshold.to(None)"),
+        ('bound = torch.where(bound.double() < threshold, bound.nextafter(torch.full_like(bound, float("inf"))),',
+         'bound = torch.where(bound.double() <= threshold, bound.nextafter(torch.full_like(bound, float("inf"))),'),
+        ("rb, ri = torch.nonzero(row_min <= bound[:, None], as_tuple=True) # rows holding a candidate",
+         "rb, ri = torch.nonzero(row_min < bound[:, None], as_tuple=True) # rows holding a candidate"),
+        ("sub, sj = torch.nonzero(d2[rb, ri] <= bound[rb, None], as_tuple=True)",
+         "sub, sj = torch.nonzero(d2[rb, ri] < bound[rb, None], as_tuple=True)"),
+        *[("sl = slice(start, start + pair_chunk)", f"sl = slice({a})") for a in (
+            "None, start + pair_chunk", "start, None", "start + pair_chunk")],
+        ("dist = (x[b_idx[sl], i_idx[sl]] - x[b_idx[sl], j_idx[sl]]).norm(dim=-1)",
+         "dist = (x[b_idx[sl], i_idx[sl]] - x[b_idx[sl], j_idx[sl]]).norm(dim=+1)"))],
     ("normlimits.separability", "x_min_pairwise_distance_reference",
      "out = torch.stack([(x[iu[0]] - x[iu[1]]).norm(dim=-1).min() for x in flat])",
      "out = torch.stack([(x[iu[0]] - x[iu[1]]).norm(dim=+1).min() for x in flat])",
      "the differences are 2-D [pairs, d]: dim 1 is dim -1"),
+    *[("normlimits.distances", function, before, after,
+       "a list of Python ints, or a full tensor of the int L, is int64 without the dtype too")
+      for function, before, after in (
+        ("x__prepare", "lens = torch.full((R,), L, dtype=torch.long)", "lens = torch.full((R,), L, dtype=None)"),
+        ("x__prepare", "lens = torch.full((R,), L, dtype=torch.long)", "lens = torch.full((R,), L, )"),
+        ("x__rows_for", "lens = torch.as_tensor(list(lengths), dtype=torch.long)",
+         "lens = torch.as_tensor(list(lengths), dtype=None)"),
+        ("x__rows_for", "lens = torch.as_tensor(list(lengths), dtype=torch.long)",
+         "lens = torch.as_tensor(list(lengths), )"))],
+    *[("normlimits.distances", "x_sampled_expectation",
+       "per = max(1, chunk_elements // (B * R * L * x.shape[-1]))", f"per = max({a}))",
+       "only the number of samples drawn per chunk changes: the uniform numbers come from the generator in "
+       "the same order whatever the chunks (test_sampled_expectation_is_the_mean_... replays them)") for a in (
+        "2, chunk_elements // (B * R * L * x.shape[-1])", "1, chunk_elements // (B * R * L * x.shape[+1])",
+        "1, chunk_elements // (B * R * L * x.shape[-2])")],
+    ("normlimits.distances", "x_sampled_expectation",
+     "d = (diff * (1 - chosen) * visible.to(w.dtype)).sum(-1) # [k, B, R]",
+     "d = (diff * (1 - chosen) * visible.to(None)).sum(-1) # [k, B, R]",
+     "a boolean mask times a floating tensor promotes to that floating dtype"),
     ("normlimits.distances", "x_sampled_expectation",
      "u = torch.where(visible, u, torch.full_like(u, 2.0)) # invisible last",
      "u = torch.where(visible, u, torch.full_like(u, 3.0)) # invisible last",
