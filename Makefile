@@ -83,7 +83,7 @@ test: $(INSTALLED) $(MATHJAX) browser
 test-fast: $(INSTALLED)
 	$(PY) -m pytest -m "not book and not browser"
 
-# Mutation testing (not part of `make test`: about an hour for all modules on 2 cores). mutmut 3,
+# Mutation testing (not part of `make test`: about 1 mutant a second on 2 cores, 2-3 hours for all). mutmut 3,
 # pinned here with what it pulls in, mutates the modules of [tool.mutmut] in pyproject.toml in a
 # copy under mutants/ and runs, per mutant, the fast tests that call the mutated function; then
 # src/normlimits/mutants.py prints killed / survived / timeout / score per module.

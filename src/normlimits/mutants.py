@@ -243,7 +243,7 @@ EQUIVALENT: list[tuple[str, str, str, str, str]] = [
         ("x__rows_for", "lens = torch.as_tensor(list(lengths), dtype=torch.long)",
          "lens = torch.as_tensor(list(lengths), )"))],
     *[("normlimits.distances", "x_sampled_expectation",
-       "per = max(1, chunk_elements // (B * R * L * x.shape[-1]))", f"per = max({a}))",
+       "per = max(1, chunk_elements // (B * R * L * x.shape[-1]))", f"per = max({a})",
        "only the number of samples drawn per chunk changes: the uniform numbers come from the generator in "
        "the same order whatever the chunks (test_sampled_expectation_is_the_mean_... replays them)") for a in (
         "2, chunk_elements // (B * R * L * x.shape[-1])", "1, chunk_elements // (B * R * L * x.shape[+1])",
