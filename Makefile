@@ -13,7 +13,7 @@ INSTALLED := $(VENV)/.installed
 MATHJAX := book/_mathjax/mathjax/tex-mml-chtml.js
 BUILD_FLAGS := --builder html -W -n --keep-going
 
-.PHONY: help install book pdf colab test test-fast faults lab bench standin browser clean distclean
+.PHONY: help install book pdf colab test test-fast faults mutants lab bench standin browser clean distclean
 
 help:
 	@echo "make book   - set up the environment if needed and build the book to _build/html"
@@ -22,6 +22,7 @@ help:
 	@echo "make lab    - JupyterLab on the book; chapters open as notebooks rendered as MyST"
 	@echo "make bench  - the paper's five experiments at GPT-2 124M size, timed (_build/bench.json)"
 	@echo "make faults - plant the faults of tools/faults.toml one by one; which tests and chapters catch each"
+	@echo "make mutants - mutation testing of the computing modules (slow; MODULES=\"distances jacobian\" to choose)"
 	@echo "make clean  - remove build outputs (keeps the environment and the model cache)"
 
 # --- environment ------------------------------------------------------------------------------
@@ -87,6 +88,25 @@ test-fast: $(INSTALLED)
 # tests and chapters that should catch it (on the cached stand-in); not part of `make test`.
 faults: standin
 	$(PY) -m normlimits.faults
+
+# Mutation testing (not part of `make test`: about 1 mutant a second on 2 cores, 2-3 hours for all). mutmut 3,
+# pinned here with what it pulls in, mutates the modules of [tool.mutmut] in pyproject.toml in a
+# copy under mutants/ and runs, per mutant, the fast tests that call the mutated function; then
+# src/normlimits/mutants.py prints killed / survived / timeout / score per module.
+# MODULES="distances jacobian" runs (again) every mutant of those modules only; the others keep
+# their last results. MUTANT_CHILDREN sets mutmut's parallel workers.
+MUTMUT_PINS := mutmut==3.8.1 libcst==1.9.0 textual==8.2.8 setproctitle==1.3.8 coverage==7.17.5
+MODULES ?= normalizers distances separability separability_bounds jacobian vanishing alternatives
+MUTANT_CHILDREN ?= 1
+mutants: $(INSTALLED)
+	@$(PY) -c "import mutmut, sys; sys.exit(mutmut.__version__ != '3.8.1')" 2>/dev/null || $(PIP) install --quiet $(MUTMUT_PINS)
+	@mkdir -p mutants && echo "mutmut run $(MODULES) (log: mutants/mutmut-run.log)"
+	@start=$$(date +%s); \
+	OMP_NUM_THREADS=1 NORMLIMITS_THREADS=1 HF_HUB_OFFLINE=1 $(VENV)/bin/mutmut run --max-children $(MUTANT_CHILDREN) \
+	  $(foreach m,$(MODULES),"normlimits.$(m).*") > mutants/mutmut-run.log 2>&1 \
+	  || { tr '\r' '\n' < mutants/mutmut-run.log | tail -n 40; exit 1; }; \
+	echo "mutmut took $$(( $$(date +%s) - start )) s"
+	$(PY) -m normlimits.mutants $(MODULES)
 
 # JupyterLab on book/: chapters open as notebooks (jupytext) rendered by jupyterlab-myst, the glued
 # numbers shown in the prose once a chapter has run (src/normlimits/lab.py configures both).

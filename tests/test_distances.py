@@ -309,3 +309,166 @@ def test_sweep_length_uses_rows_of_one_window():
         D.sweep_length(caps, [30])
     with pytest.raises(ValueError, match="no windows"):
         D.sweep_length([], [8])
+
+
+# ------------------------------------------------------------------------------------------
+# Tests prompted by mutation testing (make mutants): each fails on a mutant that survived
+# ------------------------------------------------------------------------------------------
+
+
+def replayed_draws(w, x, n, samples, lengths, seed):
+    """d~ of every subset sampled_expectation draws, by loops: the same uniform numbers in the same
+    order (one ``torch.rand(samples, B, R, L)`` stream), the N smallest visible ones chosen."""
+    g = torch.Generator().manual_seed(seed)
+    B, R, L = w.shape
+    u = torch.rand(samples, B, R, L, generator=g, dtype=w.dtype)
+    d = np.zeros((samples, B, R))
+    for k in range(samples):
+        for b in range(B):
+            for r, Lr in enumerate(lengths):
+                pick = set(np.argsort(u[k, b, r, :Lr].numpy(), kind="stable")[:n].tolist())
+                y = w[b, r, :Lr, None].numpy() * x[b, :Lr].numpy()
+                s = y[sorted(pick)].sum(0)
+                d[k, b, r] = sum(np.linalg.norm(y[i] - s) for i in range(Lr) if i not in pick)
+    return d
+
+
+@pytest.mark.parametrize("chunk", [D.DEFAULT_CHUNK_ELEMENTS, 10, 50, 2 * 96 + 50])
+def test_sampled_expectation_is_the_mean_and_standard_error_of_its_draws(chunk):
+    # 2 x 2 rows of 8 keys, d = 3: 96 elements a sample, so chunks of 1 and 2 samples (7 = 2+2+2+1)
+    w, x = causal_rows((2,), [6, 8], 8, 3, seed=5)
+    mean, se = D.sampled_expectation(w, x, 3, 7, lengths=[6, 8], generator=torch.Generator().manual_seed(3),
+                                     chunk_elements=chunk)
+    d = replayed_draws(w, x, 3, 7, [6, 8], seed=3)
+    np.testing.assert_allclose(mean.numpy(), d.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(se.numpy(), d.std(0, ddof=1) / math.sqrt(7), rtol=1e-10)
+    assert D.sampled_expectation(w, x, 3, 2, lengths=[6, 8])[0].shape == (2, 2)     # two samples suffice
+    with pytest.raises(ValueError, match="at least 2"):
+        D.sampled_expectation(w, x, 3, 1, lengths=[6, 8])
+
+
+def test_synthetic_rows_are_softmax_rows_drawn_from_the_generator():
+    w, x = D.synthetic_rows(5, 7, 3, 2.0, generator=torch.Generator().manual_seed(1))
+    assert w.shape == (5, 1, 7) and x.shape == (5, 7, 3) and w.dtype == x.dtype == torch.float64
+    torch.testing.assert_close(w.sum(-1), torch.ones(5, 1, dtype=torch.float64))
+    assert float(w.max()) < 1                               # a softmax over the 7 keys, not over size-1 axes
+    torch.manual_seed(123)                                  # the global stream must not matter
+    w2, x2 = D.synthetic_rows(5, 7, 3, 2.0, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(w, w2) and torch.equal(x, x2)
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(5, 1, 7, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(w, torch.softmax(2.0 * z, -1))
+    torch.testing.assert_close(x, torch.randn(5, 7, 3, generator=g, dtype=torch.float64))
+
+
+def test_enumerated_expectation_accepts_exactly_max_subsets():
+    w, x = causal_rows((1,), [6], 6, 2, seed=2)
+    exact = D.enumerated_expectation(w[0, 0], x[0], 3, max_subsets=math.comb(6, 3))
+    assert float(exact) == pytest.approx(exact_expectation(w[0, 0].numpy(), x[0].numpy(), 3))
+
+
+def test_accumulate_adds_the_fields_present_in_float64_and_skips_the_absent():
+    w, x = causal_rows((2,), [5], 5, 2, seed=4)
+    prof = D.distance_profile(w.float(), x.float(), [1, 2], expectation=False, bounds=True)
+    acc = {}
+    D._accumulate(acc, prof)
+    D._accumulate(acc, prof)
+    assert set(acc) == {"true", "norm_of_sum", "top_n_mass", "context_norm", "individual_sum",
+                        "d1", "x_max", "bound_linear", "bound_cauchy"}
+    assert all(v.dtype == torch.float64 for v in acc.values())
+    torch.testing.assert_close(acc["d1"], 2 * prof.d1.double())
+    full = D.distance_profile(w, x, [1, 2])
+    acc = {}
+    D._accumulate(acc, full)
+    torch.testing.assert_close(acc["expected_upper"], full.expected_main + full.jensen_bound)
+
+
+def test_sweep_rows_of_length_one_and_bad_length_lists():
+    caps = [FakeCapture(seed=s) for s in range(2)]
+    res = D.sweep_length(caps, [1, 8], n=1)
+    assert res.true.shape == (2, 2, 2, 1)
+    assert torch.all(res.true[..., 0, 0] == 0)              # one key: nothing outside the top 1
+    for bad in ([], [0, 8], [25]):
+        with pytest.raises(ValueError, match="must lie in 1..24"):
+            D.sweep_length(caps, bad)
+
+
+def test_sweep_top_n_at_a_chosen_length_is_that_row_of_the_length_sweep():
+    caps = [FakeCapture(seed=s) for s in range(2)]
+    by_n = D.sweep_top_n(caps, [1, 2, 5], length=16)
+    by_len = D.sweep_length(caps, [8, 16], n=5)
+    assert by_n.true.shape == (2, 2, 1, 3) and by_n.lengths.tolist() == [16]
+    torch.testing.assert_close(by_n.true[..., 0, 2], by_len.true[..., 1, 0])
+    torch.testing.assert_close(by_n.expected_main[..., 0, 2], by_len.expected_main[..., 1, 0])
+
+
+def test_worst_ratio_ignores_zero_denominators_unless_the_numerator_is_positive():
+    t = torch.tensor
+    assert D._worst_ratio(t([1.0, 0.0, 0.3]), t([2.0, 0.0, 0.5])) == pytest.approx(0.6)
+    assert D._worst_ratio(t([0.25]), t([0.5])) == pytest.approx(0.5)          # denominators below 1
+    assert D._worst_ratio(t([0.0, 0.0]), t([0.0, 0.0])) == 0.0
+    assert D._worst_ratio(t([0.1, 0.2]), t([1.0, 0.0])) == math.inf
+
+
+def test_sweep_without_bounds_computes_no_bound_fields():
+    res = D.sweep_length([FakeCapture(seed=0)], [8, 16], n=2, bounds=False)
+    assert "true" in res.fields and "expected_upper" in res.fields
+    assert not {"d1", "x_max", "bound_linear", "bound_cauchy"} & set(res.fields)
+    with pytest.raises(AttributeError):
+        res.bound_linear
+
+
+def test_fixed_set_bounds_for_vectors_closer_than_one():
+    """d1 below 1 (all vectors within a small ball): no clamp may lift the squared distances."""
+    w, x = causal_rows((2,), [6, 9], 9, 3, seed=8)
+    x = 0.05 * x
+    prof = D.distance_profile(w, x, [1, 3], lengths=[6, 9])
+    for r, Lr in enumerate([6, 9]):
+        for j, n in enumerate([1, 3]):
+            ref = ref_row(w[0, r, :Lr].numpy(), x[0, :Lr].numpy(), n)
+            assert ref["d1"] < 1
+            for name in ("d1", "x_max", "bound_linear", "bound_cauchy"):
+                assert float(getattr(prof, name)[0, r, j]) == pytest.approx(ref[name], rel=1e-9), name
+
+
+def test_profile_carries_its_grid_and_row_lengths():
+    w, x = causal_rows((2,), [4, 7], 7, 2, seed=6)
+    prof = D.distance_profile(w, x, [3, 1], lengths=[4, 7])
+    assert prof.n_grid.tolist() == [3, 1] and prof.lengths.tolist() == [4, 7]
+    assert D.distance_profile(w, x, 2, lengths=[4, 7]).n_grid.tolist() == [2]      # a single int N
+    assert D.distance_profile(w[:, 1:], x, 2).lengths.tolist() == [7]              # default: all keys
+
+
+def test_weights_shared_by_several_value_sets_broadcast_to_their_lead():
+    w, x = causal_rows((3,), [5, 8], 8, 2, seed=3)
+    prof = D.distance_profile(w[0], x, [1, 2], lengths=[5, 8])      # weights [R, L], values [3, L, d]
+    assert prof.true.shape == (3, 2, 2)
+    for a in range(3):
+        torch.testing.assert_close(prof.true[a], D.distance_profile(w[0], x[a], [1, 2], lengths=[5, 8]).true)
+
+
+@pytest.mark.parametrize("w_shape, x_shape", [((8,), (8, 2)), ((1, 8), (8,))])
+def test_one_dimensional_weights_or_values_are_refused(w_shape, x_shape):
+    with pytest.raises(ValueError, match=r"weights must be \[\.\.\., R, L\]"):
+        D.distance_profile(torch.full(w_shape, 1 / 8, dtype=DT), torch.ones(x_shape, dtype=DT), [1])
+
+
+def test_dtypes_promote_like_the_inputs_and_integers_become_the_default_float():
+    w, x = causal_rows((2,), [4, 6], 6, 3, seed=12)
+    ref = D.distance_profile(w, x, [1, 2], lengths=[4, 6]).true
+    for ww, xx in ((w.float(), x), (w, x.float())):
+        got = D.distance_profile(ww, xx, [1, 2], lengths=[4, 6]).true
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    one_hot = torch.tensor([[1, 0, 0], [0, 1, 0]])                  # integer weights and values
+    prof = D.distance_profile(one_hot, torch.tensor([[1, 0], [0, 2], [3, 0]]), [1], lengths=[1, 2])
+    assert prof.true.dtype == torch.get_default_dtype()
+    assert prof.true[:, 0].tolist() == [0.0, 2.0] and prof.context_norm[:, 0].tolist() == [1.0, 2.0]
+
+
+def test_row_lengths_from_one_key_up_are_accepted_and_zero_is_refused():
+    w, x = causal_rows((1,), [1, 5], 5, 2, seed=13)
+    prof = D.distance_profile(w, x, [1], lengths=[1, 5])
+    assert float(prof.true[0, 0, 0]) == 0.0 and float(prof.true[0, 1, 0]) > 0
+    with pytest.raises(ValueError, match="lengths must lie in 1..5"):
+        D.distance_profile(w, x, [1], lengths=[0, 5])

@@ -507,3 +507,133 @@ def test_ssmax_gamma_variant_is_ssmax_with_that_scale():
     nz = N.ssmax_gamma_normalizer(0.8)
     assert torch.allclose(nz(z), N.scalable_softmax(z, s=0.8), atol=0)
     assert nz.key == "ssmax-g0.8" and nz.options == {"s": 0.8}
+
+
+# ------------------------------------------------------------------------------------------
+# Tests prompted by mutation testing (make mutants): each fails on a mutant that survived
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_normalising_along_the_first_dim_is_the_transpose_of_the_last(name):
+    # keys along dim 0; the first *row* is all masked, which is fine: no column is
+    logits = torch.tensor([[float("-inf"), float("-inf"), float("-inf")],
+                           [0.3, -1.2, 2.0], [1.1, 0.4, float("-inf")], [-0.5, 0.9, 0.2]], dtype=torch.float64)
+    nz = NORMALIZERS[name]
+    torch.testing.assert_close(nz(logits, dim=0), nz(logits.T.contiguous(), dim=-1).T)
+
+
+def test_general_normalizer_along_the_first_dim_and_its_errors():
+    logits = torch.tensor([[float("-inf"), float("-inf")], [0.5, -1.0], [2.0, 0.1]], dtype=torch.float64)
+    torch.testing.assert_close(N.general_normalizer(logits, torch.exp, dim=0), torch.softmax(logits, 0))
+    with pytest.raises(ValueError, match=r"magnitude 1e\+03"):                # the worst logit is named
+        N.general_normalizer(torch.tensor([[1000.0, 1.0]], dtype=torch.float64), torch.exp)
+    for zero_somewhere in (torch.relu, lambda t: t * t):
+        with pytest.raises(ValueError, match="must be positive"):
+            N.general_normalizer(torch.tensor([[0.0, 1.0]], dtype=torch.float64), zero_somewhere)
+
+
+def test_softpick_shifts_each_row_by_its_own_maximum():
+    # a row 800 above another: one shift for both would underflow the low row to zeros
+    logits = torch.tensor([[800.0, 799.0, 0.0], [0.7, 0.1, -2.0]], dtype=torch.float64)
+    got = N.softpick(logits)
+    for r in range(2):
+        torch.testing.assert_close(got[r], N.softpick(logits[r:r + 1])[0])
+    e = torch.expm1(logits[1])
+    torch.testing.assert_close(got[1], torch.relu(e) / e.abs().sum())
+
+
+def test_ssmax_gamma_entries_are_ssmax_with_the_scale_bound_in():
+    from pathlib import Path
+
+    nz = N.ssmax_gamma_normalizer(0.5)
+    ssmax = NORMALIZERS["ssmax"]
+    assert (nz.sums_to_one, nz.sparse, nz.length_aware) == (ssmax.sums_to_one, ssmax.sparse, ssmax.length_aware)
+    assert nz.key == "ssmax-g0.5" and nz.label == "SSMax, gamma=0.5" and nz.options == {"s": 0.5}
+    assert nz.formula.startswith(r"\mathrm{softmax}(\gamma\log n")
+    bib = (Path(__file__).resolve().parents[1] / "book" / "references.bib").read_text()
+    assert "{" + nz.cite + "," in bib
+    logits = torch.randn(3, 7, dtype=torch.float64)
+    torch.testing.assert_close(nz(logits), torch.softmax(0.5 * math.log(7) * logits, -1))
+
+
+def test_adaptive_softmax_uses_the_threshold_it_is_given():
+    logits = torch.randn(4, 64, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 0.3
+    # high-entropy rows: beta > 1 at the default threshold, 1 (plain softmax) above every entropy
+    assert not torch.allclose(N.adaptive_temperature_softmax(logits), torch.softmax(logits, -1))
+    torch.testing.assert_close(N.adaptive_temperature_softmax(logits, threshold=100.0), torch.softmax(logits, -1))
+
+
+@pytest.mark.parametrize("fn", [N.softpick, N.self_adjusted_softmax])
+def test_an_all_zero_row_gives_zero_weights_and_finite_gradients(fn):
+    logits = torch.zeros(2, 5, dtype=torch.float64, requires_grad=True)
+    out = fn(logits)
+    assert torch.equal(out, torch.zeros_like(out))
+    out.sum().backward()
+    assert torch.isfinite(logits.grad).all()
+
+
+def test_topk_sizes_are_exact_where_the_float_root_or_logarithm_rounds_down():
+    # sqrt(2^52 + 1) and log2(2^50 + 1) round to the integers 2^26 and 50 in float64: the
+    # ceilings are one more
+    assert float(N.topk_size(2.0 ** 52 + 1, "sqrt")) == 2 ** 26 + 1
+    assert float(N.topk_size(2.0 ** 52, "sqrt")) == 2 ** 26
+    assert float(N.topk_size(2.0 ** 50 + 1, "log2")) == 51
+    assert float(N.topk_size(2.0 ** 50, "log2")) == 50
+    counts = torch.arange(1, 5000, dtype=torch.float64)
+    assert torch.equal(N.topk_size(counts, "sqrt"), torch.tensor([math.ceil(math.isqrt(int(n) - 1) + 1) if n > 1 else 1.0 for n in counts.tolist()], dtype=torch.float64))
+    assert torch.equal(N.topk_size(counts, "log2"), torch.tensor([max(1, (int(n) - 1).bit_length()) for n in counts.tolist()], dtype=torch.float64))
+
+
+def test_adaptive_beta_leaves_rows_at_the_threshold_alone():
+    at, above = torch.tensor([0.5], dtype=torch.float64), torch.tensor([0.5 + 1e-12], dtype=torch.float64)
+    assert float(N.adaptive_beta(at, coefficients=[3.0], threshold=0.5)) == 1.0
+    assert float(N.adaptive_beta(above, coefficients=[3.0], threshold=0.5)) == 3.0
+
+
+def test_asentmax_scale_raises_the_log_to_gamma():
+    count = torch.tensor([7.0, 31.0], dtype=torch.float64)
+    got = N.asentmax_scale(count, beta=0.5, delta=1.0, gamma=2.0)
+    torch.testing.assert_close(got, 1.0 + 0.5 * torch.log(count + 1) ** 2)
+
+
+def test_topk_softmax_takes_k_from_the_given_n():
+    logits = torch.randn(2, 16, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    counted = N.topk_softmax(logits)                       # n = 16 visible keys: k = 4
+    given = N.topk_softmax(logits, n=100)                  # n = 100: k = 10
+    assert int((counted > 0).sum(-1).max()) == 4 and (given > 0).sum(-1).tolist() == [10, 10]
+
+
+def test_sink_normalizer_keeps_b_in_double_precision_and_names_it():
+    nz = N.sink_normalizer(0.1)
+    assert nz.label == "sink (b=0.1)" and nz.key == "sink-b0.1"
+    assert N.sink_normalizer(torch.zeros(2, 3, 1, 1)).label == "sink (b per head)"
+    z = torch.randn(3, 6, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    e = torch.exp(z)
+    torch.testing.assert_close(nz(z), e / (math.exp(0.1) + e.sum(-1, keepdim=True)), rtol=1e-14, atol=0)
+
+
+def test_asentmax_passes_gamma_and_the_given_n_to_its_scale():
+    # small logits: entmax keeps several keys, so every change of the scale shows
+    z = 0.1 * torch.randn(2, 12, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    assert (N.asentmax(z) > 0).sum(-1).min() > 2
+    for n, gamma in ((None, 2.0), (50, 1.0)):
+        c = N.asentmax_scale(torch.tensor(12.0 if n is None else float(n), dtype=torch.float64), None,
+                             N.ASENTMAX_DELTA, gamma)
+        torch.testing.assert_close(N.asentmax(z, n=n, gamma=gamma), N.entmax15(c * z))
+
+
+def test_a_fixed_top_k_of_one_is_allowed_and_zero_is_not():
+    assert N.topk_size(torch.tensor([5.0, 1.0]), 1).tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="k >= 1"):
+        N.topk_size(5.0, 0)
+
+
+def test_sink_normalizer_entries_are_softmax_one_with_b():
+    from pathlib import Path
+
+    nz, one = N.sink_normalizer(0.0), NORMALIZERS["softmax1"]
+    assert (nz.sums_to_one, nz.sparse, nz.length_aware) == (one.sums_to_one, one.sparse, one.length_aware)
+    assert nz.formula.startswith(r"\frac{e^{z_i}}{e^{b}")
+    bib = (Path(__file__).resolve().parents[1] / "book" / "references.bib").read_text()
+    assert "{" + nz.cite + "," in bib

@@ -270,3 +270,59 @@ def test_screen_margin_covers_the_float32_error():
         err = (d2[0].double() - exact).abs()
         allowed = S.screen_margin(dim) * (n[0, :, None] + n[0, None])
         assert torch.all(err <= allowed)
+
+
+# ----------------------------------------------- tests prompted by mutation testing (make mutants)
+def test_reference_fraction_without_causality_and_with_an_unsorted_grid():
+    weights, vectors = random_problem(3, batch=2, length=9, dim=3)
+    rows = [1, 5, 8]
+    full = torch.softmax(torch.randn(2, 3, 9, generator=torch.Generator().manual_seed(4), dtype=torch.float64), -1)
+    got = S.reference_fraction(full, vectors, rows, [1, 3, 6], causal=False)
+    fast = S.geometric_separability(full, vectors, [1, 3, 6], rows=torch.tensor(rows), causal=False)
+    assert not got.isnan().any()                         # every row sees all 9 keys
+    assert torch.equal(got, fast.fraction)
+    # an N the row cannot serve (row 1 sees 2 keys) before one it can: NaN, then the value
+    causal = S.reference_fraction(weights[:, rows], vectors, rows, [3, 1])
+    assert causal[:, 0, 0].isnan().all() and not causal[:, 0, 1].isnan().any()
+    torch.testing.assert_close(causal.flip(-1), S.reference_fraction(weights[:, rows], vectors, rows, [1, 3]),
+                               equal_nan=True)
+
+
+def test_min_pairwise_distance_reference_of_two_and_of_neighbours():
+    two = torch.tensor([[0.0, 0.0], [3.0, 4.0]], dtype=torch.float64)
+    assert float(S.min_pairwise_distance_reference(two)) == 5.0
+    line = torch.tensor([[0.0], [1.0], [1.5], [4.0]], dtype=torch.float64)   # closest pair: neighbours 1, 2
+    assert float(S.min_pairwise_distance_reference(line)) == 0.5
+    assert float(S.min_pairwise_distance(line)) == 0.5
+    with pytest.raises(ValueError, match="at least two"):
+        S.min_pairwise_distance_reference(two[:1])
+
+
+def test_min_pairwise_distance_in_chunks_of_one_pair():
+    _, vectors = random_problem(5, batch=2, length=12, dim=3)
+    torch.testing.assert_close(S.min_pairwise_distance(vectors, pair_chunk=1),
+                               S.min_pairwise_distance_reference(vectors), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="pair_chunk must be >= 1"):
+        S.min_pairwise_distance(vectors, pair_chunk=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_min_pairwise_distance_of_huge_vectors_screens_in_float64(dtype):
+    # squared norms near 1e40 overflow float32 (and exceed the 1e30 cap): the screen runs in float64
+    _, vectors = random_problem(6, batch=2, length=10, dim=3)
+    huge = (vectors * 1e20).to(dtype)
+    torch.testing.assert_close(S.min_pairwise_distance(huge), S.min_pairwise_distance_reference(huge),
+                               rtol=0, atol=0)
+
+
+def test_screen_margin_is_the_documented_constant_up_to_the_largest_dimension():
+    assert S.screen_margin(4) == 1.05 * (2 * 4 + 10) * 2.0 ** -24
+    largest = 167_770                                  # (d + 2) u < 0.01 <=> d < 0.01 * 2^24 - 2
+    assert S.screen_margin(largest) == 1.05 * (2 * largest + 10) * 2.0 ** -24
+    with pytest.raises(ValueError, match="too large"):
+        S.screen_margin(largest + 1)
+
+
+def test_a_vector_of_norm_exactly_eps_counts_as_zero():
+    with pytest.raises(ValueError, match="zero vector"):
+        S.project_to_sphere(torch.tensor([[1e-12, 0.0], [1.0, 1.0]], dtype=torch.float64), eps=1e-12)

@@ -120,7 +120,7 @@ class DistanceProfile:
 
 
 def _as_grid(n_grid: int | Sequence[int] | Tensor) -> Tensor:
-    grid = torch.as_tensor(n_grid if not isinstance(n_grid, int) else [n_grid]).reshape(-1)
+    grid = torch.as_tensor(n_grid).reshape(-1)
     if grid.numel() == 0:
         raise ValueError("the N grid is empty; pass at least one top-N size (1 <= N <= L)")
     if grid.is_floating_point():
