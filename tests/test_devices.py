@@ -54,7 +54,7 @@ def test_gpt2_random_and_the_standin_path_follow_the_placement(monkeypatch):
                                   encode=models.byte_encode, tokenizer_kind="bytes", is_paper_model=False)
     import normlimits.standin as standin
 
-    monkeypatch.setattr(standin, "load_standin", lambda corpus=None: sentinel)
+    monkeypatch.setattr(standin, "load_standin", lambda corpus=None, recipe=None: sentinel)
     loaded = models.load_model("standin", device="cpu")
     assert loaded.placement == Placement(torch.device("cpu"), torch.float32)
 

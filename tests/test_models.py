@@ -93,7 +93,7 @@ def test_unset_setting_falls_back_to_standin(monkeypatch):
                                   encode=models.byte_encode, tokenizer_kind="bytes", is_paper_model=False)
     import normlimits.standin as standin
 
-    monkeypatch.setattr(standin, "load_standin", lambda corpus=None: sentinel)
+    monkeypatch.setattr(standin, "load_standin", lambda corpus=None, recipe=None: sentinel)
     loaded = load_model()
     assert loaded is sentinel
     assert any("GPT-2 could not be loaded" in note for note in loaded.notes)
