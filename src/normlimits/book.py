@@ -38,6 +38,9 @@ class ChapterContext:
     corpus: Corpus
     window_count: int
     started: float = field(default_factory=time.perf_counter)
+    #: seconds spent on one-time work whose result is cached for every later build (training the
+    #: temperature runs, ...): recorded with the time, and not held against the chapter's budget
+    one_time_seconds: float = 0.0
 
     @property
     def model_label(self) -> str:
@@ -65,16 +68,24 @@ class ChapterContext:
         return cached_captures(self.loaded, self.corpus, length or self.loaded.max_positions,
                                count or self.window_count)
 
+    def one_time(self, seconds: float) -> None:
+        """Count ``seconds`` of this execution as one-time work (a training whose result is now
+        cached): :func:`normlimits.timings.over_budget` does not hold it against the budget."""
+        if seconds < 0:
+            raise ValueError(f"one-time seconds must be >= 0 (got {seconds})")
+        self.one_time_seconds += float(seconds)
+
     def finish(self) -> float:
-        """Record the chapter's execution time (seconds since it started) beside its ledger rows,
-        in ``<ledger dir>/<chapter>.timing.json``; returns it and glues ``chapter_seconds``."""
+        """Record the chapter's execution time (seconds since it started, and the one-time part of
+        it) beside its ledger rows, in ``<ledger dir>/<chapter>.timing.json``; returns it and glues
+        ``chapter_seconds``."""
         from .cache import atomic_write_json
         from .ledger import ledger_dir
 
         seconds = self.elapsed()
         atomic_write_json(ledger_dir() / f"{self.chapter}.timing.json",
                           {"chapter": self.chapter, "seconds": seconds, "model": self.model_label,
-                           "windows": self.window_count})
+                           "windows": self.window_count, "one_time_seconds": self.one_time_seconds})
         _glue("chapter_seconds", seconds)
         return seconds
 
