@@ -120,12 +120,14 @@ def test_the_two_recipes_share_budget_phases_and_training_but_not_architecture()
     assert type(rope).__name__ == "LlamaForCausalLM" and not hasattr(rope.model, "wpe")
     assert rope.config.num_key_value_heads < rope.config.num_attention_heads, "grouped-query attention"
     assert rope.config.num_attention_heads * rope.config.num_hidden_layers == 16
-    assert standin.context_length(rope.config) == standin.context_length(gpt2.config) == 1024
+    assert rope.config.max_position_embeddings == gpt2.config.max_position_embeddings == 1024
     assert [p.positions * p.batch * p.steps for p in standin.ROPE_PHASES] == \
         [p.positions * p.batch * p.steps for p in standin.STANDIN_PHASES], "same token budget"
     keys = [standin.standin_key("a" * 64, r) for r in (standin.GPT2_RECIPE, standin.ROPE_RECIPE)]
     assert keys[0] != keys[1] and keys[0] == standin.standin_key("a" * 64)
     assert standin.RECIPES == {"standin": standin.GPT2_RECIPE, "standin-rope": standin.ROPE_RECIPE}
+    assert standin.resolve_recipe() is standin.resolve_recipe("standin") is standin.GPT2_RECIPE
+    assert standin.resolve_recipe(standin.ROPE_RECIPE) is standin.resolve_recipe("standin-rope")
 
 
 def test_training_a_tiny_llama_with_the_same_loop_is_deterministic():

@@ -90,12 +90,6 @@ class Surveyed:
         """Every graded row of every yardstick, in the paper's order."""
         return [row for m in self.measured.values() for row in m.rows]
 
-    def statistic(self, yardstick: str, key: str):
-        """A number the yardstick reported (None when it did not run or has no such number)."""
-        if yardstick not in self.measured:
-            return None
-        return self.measured[yardstick].statistics.get(key)
-
     def criterion(self, claim_id: str, key: str):
         """The value of criterion ``key`` in the row of ``claim_id`` (None when not graded)."""
         for row in self.rows():

@@ -146,13 +146,12 @@ ROPE_RECIPE = Recipe("standin-rope", "llama", ROPE_CONFIG, ROPE_PHASES, STANDIN_
 RECIPES = {r.setting: r for r in (GPT2_RECIPE, ROPE_RECIPE)}
 
 
-def context_length(config) -> int:
-    """The longest window a model configuration takes (GPT-2's ``n_positions``, else
-    ``max_position_embeddings``)."""
-    value = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
-    if not value:
-        raise ValueError(f"{type(config).__name__} names no context length")
-    return int(value)
+def resolve_recipe(recipe: "Recipe | str | None" = None) -> Recipe:
+    """A :class:`Recipe`, its setting name (``standin``, ``standin-rope``), or None for the GPT-2
+    stand-in's."""
+    if recipe is None:
+        return GPT2_RECIPE
+    return RECIPES[recipe] if isinstance(recipe, str) else recipe
 
 
 @dataclass
@@ -242,7 +241,7 @@ def train_language_model(model: torch.nn.Module, train_ids: torch.Tensor, phases
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     total = sum(p.steps for p in phases)
-    n_positions = context_length(model.config)
+    n_positions = int(model.config.max_position_embeddings)   # GPT-2: n_positions
     log = TrainingLog()
     start = time.perf_counter()
     step = 0
@@ -344,7 +343,7 @@ def evaluate_standin(model: torch.nn.Module, train_ids: torch.Tensor, held_out_i
 
 def standin_key(corpus_sha256: str, recipe: Recipe | None = None) -> dict:
     """Everything the trained stand-in (default: the GPT-2 one) depends on."""
-    return (recipe or GPT2_RECIPE).key(corpus_sha256)
+    return resolve_recipe(recipe).key(corpus_sha256)
 
 
 REPORT_FILE = "standin_report.json"
@@ -378,7 +377,7 @@ def check_trainable(corpus) -> None:
 
 def train_standin(corpus, recipe: Recipe | None = None) -> tuple[torch.nn.Module, dict]:
     """Train a stand-in (default: the GPT-2 one) on ``corpus`` from scratch; returns (model, report)."""
-    recipe = recipe or GPT2_RECIPE
+    recipe = resolve_recipe(recipe)
     check_trainable(corpus)
     configure_torch()
     model = recipe.build()
@@ -432,8 +431,9 @@ def verify_standin_dir(directory: Path) -> dict:
         raise damaged(f"it has no {REPORT_FILE} (the report is written last, so the folder is "
                       "incomplete or was altered)")
     report = read_json_entry(report_path, "stand-in report", remedy)
-    if not isinstance(report, dict) or any(key not in report for key in REPORT_KEYS):
-        raise damaged(f"{REPORT_FILE} lacks {', '.join(k for k in REPORT_KEYS if not isinstance(report, dict) or k not in report)}")
+    missing = [key for key in REPORT_KEYS if not isinstance(report, dict) or key not in report]
+    if missing:
+        raise damaged(f"{REPORT_FILE} lacks {', '.join(missing)}")
     config = directory / "config.json"
     if not config.is_file():
         raise damaged("config.json is missing")
@@ -463,7 +463,7 @@ def load_standin(corpus=None, recipe: Recipe | str | None = None) -> LoadedModel
     """
     from .corpus import load_corpus
 
-    recipe = RECIPES[recipe] if isinstance(recipe, str) else (recipe or GPT2_RECIPE)
+    recipe = resolve_recipe(recipe)
     corpus = corpus if corpus is not None else load_corpus()
     directory = standin_dir(corpus, recipe)
     if not directory.exists():
@@ -494,7 +494,7 @@ def standin_report(corpus=None, recipe: Recipe | str | None = None) -> dict:
     band, time, size; verified like the stand-in itself."""
     from .corpus import load_corpus
 
-    recipe = RECIPES[recipe] if isinstance(recipe, str) else (recipe or GPT2_RECIPE)
+    recipe = resolve_recipe(recipe)
     corpus = corpus if corpus is not None else load_corpus()
     return verify_standin_dir(standin_dir(corpus, recipe))
 
