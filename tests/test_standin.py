@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -72,21 +73,26 @@ def test_cache_key_tracks_corpus_and_recipe():
 MIN_GAIN_BITS = 0.25
 
 
-def test_standin_is_cached_and_beats_bigram_in_every_band():
-    """The trained stand-in (trained once per machine, ~10 min) beats the bigram baseline in every band."""
+@pytest.mark.parametrize("recipe", ["standin", "standin-rope"])
+def test_standin_is_cached_and_beats_bigram_in_every_band(recipe):
+    """Each trained stand-in (trained once per machine: the GPT-2 one ~10 min, the RoPE one ~3 min)
+    beats the bigram baseline in every band."""
     import time
 
     start = time.perf_counter()
-    loaded = standin.load_standin()
-    report = standin.standin_report()
+    loaded = standin.load_standin(recipe=recipe)
+    report = standin.standin_report(recipe=recipe)
     assert loaded.n_heads * loaded.n_layers >= 16 and loaded.max_positions >= 1024
     assert loaded.encode("a") == [97]
+    if recipe == "standin-rope":
+        assert loaded.family == "llama" and loaded.n_kv_heads < loaded.n_heads, "RoPE with grouped-query attention"
     for band in ("0-255", "256-511", "512-1023"):
         gain = report["bigram_bits_per_byte"][band] - report["model_bits_per_byte"][band]
-        assert gain > MIN_GAIN_BITS, f"band {band}: gain over bigram only {gain:.3f} bits/byte"
+        assert gain > MIN_GAIN_BITS, f"{recipe}, band {band}: gain over bigram only {gain:.3f} bits/byte"
     assert math.isfinite(report["train_seconds"])
+    assert report["phases"] == [asdict(p) for p in standin.resolve_recipe(recipe).phases]
     second = time.perf_counter()
-    standin.load_standin()
+    standin.load_standin(recipe=recipe)
     assert time.perf_counter() - second < 30, "a cached stand-in loads in seconds"
 
 
@@ -121,8 +127,10 @@ def test_the_two_recipes_share_budget_phases_and_training_but_not_architecture()
     assert rope.config.num_key_value_heads < rope.config.num_attention_heads, "grouped-query attention"
     assert rope.config.num_attention_heads * rope.config.num_hidden_layers == 16
     assert rope.config.max_position_embeddings == gpt2.config.max_position_embeddings == 1024
-    assert [p.positions * p.batch * p.steps for p in standin.ROPE_PHASES] == \
-        [p.positions * p.batch * p.steps for p in standin.STANDIN_PHASES], "same token budget"
+    assert [(p.positions, p.batch) for p in standin.ROPE_PHASES] == \
+        [(p.positions, p.batch) for p in standin.STANDIN_PHASES], "same curriculum of window shapes"
+    rope_steps, gpt2_steps = (sum(p.steps for p in r.phases) for r in (standin.ROPE_RECIPE, standin.GPT2_RECIPE))
+    assert rope_steps < gpt2_steps, "the RoPE stand-in trains fewer steps (cold make test budget)"
     keys = [standin.standin_key("a" * 64, r) for r in (standin.GPT2_RECIPE, standin.ROPE_RECIPE)]
     assert keys[0] != keys[1] and keys[0] == standin.standin_key("a" * 64)
     assert standin.RECIPES == {"standin": standin.GPT2_RECIPE, "standin-rope": standin.ROPE_RECIPE}

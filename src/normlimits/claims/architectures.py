@@ -20,7 +20,7 @@ CLAIMS = (
                "and show none. Other architectures are not discussed."),
         scope=("the two stand-ins, which differ only in architecture (learned absolute positions "
                "against rotary positions with grouped-query attention; same size, corpus, split, "
-               "token budget, seed and training code), over the seven yardstick claims "
+               "window shapes, seed and training code; the RoPE stand-in takes 30% of the steps), over the seven yardstick claims "
                f"{', '.join(COMPARED)}; online, each further model against GPT-2 124M as a variant"),
         rule=Rule(
             criteria=(
