@@ -32,6 +32,7 @@ def test_pure_inverse_t_curves_give_the_paper_s_picture():
     assert s["spread_t1"] == pytest.approx(1.0)
     assert s["drop_min"] == pytest.approx(100.0)
     assert s["ordered"] == 1.0                         # equal curves count as ordered
+    assert s["ordered_extremes"] == 1.0 and s["ordered_pairs"] == [1.0, 1.0]
     assert s["closeness"] == pytest.approx(0.5)        # 1/(4T) is half of 1/(2T)
 
 
@@ -40,7 +41,7 @@ def test_flat_low_t_and_disordered_curves_are_seen():
     c = F4.curves(_profile(lambda t, e: torch.where(t < 0.1, 2.5 + 0 * t, 0.25 / t) * (1 + e)))
     s = F4.statistics(c)
     assert s["low_slope_dev"] > 0.5
-    assert s["ordered"] == 0.0
+    assert s["ordered"] == 0.0 and s["ordered_extremes"] == 0.0 and s["ordered_pairs"] == [0.0, 0.0]
     assert s["spread_t1"] == pytest.approx(11.0 / 1.001)
     # closeness uses the smallest epsilon's curve
     t = c.t[c.t <= 0.1 + 1e-12]
@@ -58,3 +59,21 @@ def test_tables_and_nearest():
     assert readings.loc[("‖J‖₂, largest row", "1/(2T), the valid bound"), "smallest ratio"] == pytest.approx(1.0)
     paper = readings.loc[("‖J‖₂, row mean", "min{1/(4T), √2}, the paper's curve")]
     assert paper["largest ratio"] == pytest.approx(0.25 / 1e-3 / math.sqrt(2))
+
+
+def test_ordering_readings_separate_the_pairs():
+    """Small-epsilon curves that cross (the low-T plateau) with the largest epsilon below both:
+    every-pair ordering fails where they cross, the extremes stay ordered."""
+    def g_of_t(t, e):
+        base = torch.where(t < 0.1, 2.5 + 0 * t, 0.25 / t)
+        if e == 1e-3:    # below the 0.1 curve at T < 0.01, above it elsewhere
+            return base * torch.where(t < 0.01, 0.9 + 0 * t, 1.1 + 0 * t)
+        return base * (0.2 if e > 1 else 1.0)
+    c = F4.curves(_profile(g_of_t))
+    s = F4.statistics(c)
+    below = c.t < 1 - 1e-9
+    crossing = float(np.mean(c.t[below] < 0.01))
+    assert s["ordered_pairs"][0] == pytest.approx(1 - crossing)
+    assert s["ordered_pairs"][1] == 1.0
+    assert s["ordered"] == pytest.approx(1 - crossing)
+    assert s["ordered_extremes"] == 1.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import sympy as sp
 import torch
@@ -585,3 +586,20 @@ def test_lemma2_worst_ratio_stays_below_one_and_catches_a_broken_bound(monkeypat
     assert max(J.lemma2_worst_ratio(rows=32, keys=6, seed=2).values()) > 1
     with pytest.raises(ValueError, match="rows"):
         J.lemma2_worst_ratio(rows=0)
+
+
+def test_zero_temperature_sensitivity_is_flat_in_small_eps_and_capped_at_large():
+    from normlimits.theory import jacobian as TJ
+
+    z = TJ.zero_temperature_sensitivity()
+    lam, sigma = (next(s for s in z.g.free_symbols if s.name == n) for n in ("lambda", "sigma"))
+    assert z.small_eps_general and z.decreasing
+    assert sp.simplify(z.small_eps - lam * sigma / sp.sqrt(sp.pi)) == 0
+    assert sp.simplify(z.large_eps - sp.sqrt(2) / 2) == 0
+    # the closed form against a direct Monte Carlo estimate of sqrt(2) P(D < eps w) / eps
+    rng = np.random.default_rng(0)
+    gaps, w = rng.exponential(1.0, 400_000), rng.normal(0.0, 1.0, 400_000)
+    for e in (0.05, 1.0, 5.0):
+        mc = math.sqrt(2) * np.mean(gaps < e * w) / e
+        exact = float(z.g.subs({lam: 1, sigma: 1, TJ.eps: e}))
+        assert mc == pytest.approx(exact, rel=0.03)

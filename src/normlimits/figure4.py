@@ -86,8 +86,10 @@ def statistics(c: Curves, *, ordering_tolerance: float = 1e-3) -> dict[str, floa
     ``T >= HIGH_T``; ``low_slope_dev``: the largest ``|slope + 1|`` of the former; ``spread_t1``:
     largest over smallest curve at ``HIGH_T``; ``drop_min``: the smallest fall of a curve from
     ``HIGH_T`` to 100; ``ordered``: share of grid temperatures below ``HIGH_T`` at which the curves
-    are ordered by epsilon (smaller epsilon at least as large, up to ``ordering_tolerance``);
-    ``closeness``: smallest over ``T <= SHARP_T`` of the smallest epsilon's curve times ``2T``
+    are ordered by epsilon (smaller epsilon at least as large, up to ``ordering_tolerance``), every
+    pair of curves; ``ordered_pairs``: the same share for each adjacent pair of epsilons (smallest
+    first); ``ordered_extremes``: the same share for the smallest epsilon's curve against the
+    largest's only; ``closeness``: smallest over ``T <= SHARP_T`` of the smallest epsilon's curve times ``2T``
     (its fraction of the limit ``1/(2T)``).
     """
     low = np.array([slope(c.t, c.g[:, k], high=SHARP_T) for k in range(len(c.eps))])
@@ -96,13 +98,17 @@ def statistics(c: Curves, *, ordering_tolerance: float = 1e-3) -> dict[str, floa
     order = np.argsort(c.eps)                                   # smallest epsilon first
     g = c.g[:, order]
     below = c.t < HIGH_T * (1 - 1e-9)
-    ordered = np.all(g[:, :-1] >= g[:, 1:] * (1 - ordering_tolerance), axis=1)
+    pair_ordered = g[:, :-1] >= g[:, 1:] * (1 - ordering_tolerance)          # [T, n_eps - 1]
+    ordered = np.all(pair_ordered, axis=1)
+    extremes = g[:, 0] >= g[:, -1] * (1 - ordering_tolerance)
     sharp = c.t <= SHARP_T * (1 + 1e-9)
     return {"low_slopes": low, "high_slopes": high,
             "low_slope_dev": float(np.max(np.abs(low + 1))),
             "spread_t1": float(c.g[i1].max() / c.g[i1].min()),
             "drop_min": float(np.min(c.g[i1] / c.g[i100])), "drop_max": float(np.max(c.g[i1] / c.g[i100])),
             "ordered": float(ordered[below].mean()),
+            "ordered_pairs": [float(v) for v in pair_ordered[below].mean(axis=0)],
+            "ordered_extremes": float(extremes[below].mean()),
             "closeness": float(np.min(g[sharp, 0] * 2 * c.t[sharp]))}
 
 

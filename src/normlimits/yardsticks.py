@@ -344,14 +344,18 @@ def jacobian(captures: Iterable, config: AuditConfig, model: str) -> Measured:
              f"{', '.join(f'{s:.2f}' for s in st['low_slopes'])}; spread at $T$ = {protocol.HIGH_T:g} "
              f"{st['spread_t1']:.2f}; fall $T$ = {protocol.HIGH_T:g} → 100 {st['drop_min']:.0f}-"
              f"{st['drop_max']:.0f}x ({int(profile.rows)} rows)", model),
-        _row("EPS", {"ordered": st["ordered"]}, f"curves ordered by $\\varepsilon$ at "
-             f"{st['ordered']:.0%} of the grid temperatures below {protocol.HIGH_T:g}", model),
+        _row("EPS", {"ordered": st["ordered"], "extremes": st["ordered_extremes"]},
+             f"curves ordered by $\\varepsilon$ (every pair) at {st['ordered']:.0%} of the grid "
+             f"temperatures below {protocol.HIGH_T:g}, smallest against largest at "
+             f"{st['ordered_extremes']:.0%}", model),
     ]
     statistics = {"epsilons": [float(e) for e in profile.epsilons],
                   "slope_low_T": [float(v) for v in st["low_slopes"]],
                   "slope_high_T": [float(v) for v in st["high_slopes"]],
                   "low_T_up_to": protocol.SHARP_T, "spread_t1": _f(st["spread_t1"]),
                   "drop_min": _f(st["drop_min"]), "ordered": _f(st["ordered"]),
+                  "ordered_extremes": _f(st["ordered_extremes"]),
+                  "ordered_pairs": [_f(v) for v in st["ordered_pairs"]],
                   "temperatures": [float(t) for t in curves.t], "g_max": curves.g.tolist(),
                   "rows": int(profile.rows)}
     return Measured("jacobian", rows, statistics, {"profile": profile, "curves": curves},

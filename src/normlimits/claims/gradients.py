@@ -127,12 +127,19 @@ CLAIMS = (
             criteria=(
                 Criterion("ordered", "share of the grid temperatures $T<1$ at which "
                           "$\\max_{\\rm heads}g(T,10^{-3})\\ge g(T,10^{-1})\\ge g(T,10)$ "
-                          "(0.1% tolerance)", ">=", 0.9),
+                          "(0.1% tolerance): every pair of curves", ">=", 0.9),
+                Criterion("extremes", "share of the grid temperatures $T<1$ at which "
+                          "$\\max_{\\rm heads}g(T,10^{-3})\\ge g(T,10)$ (0.1% tolerance): the "
+                          "smallest $\\varepsilon$ against the largest", ">=", 0.9),
             ),
-            outcomes=(("all", "confirmed"), ("else", "refuted")),
+            outcomes=(("all", "confirmed"), ("all:extremes", "corrected"), ("else", "refuted")),
             headline="ordered",
-            text="confirmed when the curves are ordered by $\\varepsilon$ at 90% of the grid "
-                 "temperatures below 1 or more",
+            text=("confirmed when every pair of curves is ordered by $\\varepsilon$ at 90% of the "
+                  "grid temperatures below 1 or more; corrected when only the smallest "
+                  "$\\varepsilon$ against the largest is (the statement the chapter proves: $g$ "
+                  "does not depend on $\\varepsilon$ while $\\varepsilon$ is below the scale of the "
+                  "logits' near-tied gaps, at both ends of the temperature range, and the cap "
+                  "$\\sqrt2/\\varepsilon$ lowers it once $\\varepsilon$ is above); refuted otherwise"),
         ),
     ),
     Claim(

@@ -409,3 +409,49 @@ def secular_tail() -> SecularTail:
     return SecularTail(remainder, closes(remainder - x ** 3 / (1 - x)),
                        closes(gap.coeff(z, 1)) and closes(gap.coeff(z, 2)), gap3,
                        bool(gap3.is_nonnegative))
+
+
+# --------------------------------------------------------------------------- g at T -> 0
+
+@dataclass(frozen=True)
+class ZeroTemperatureSensitivity:
+    """Figure 4's ``g(T, eps)`` in the limit ``T -> 0``, where only swaps of the top two logits move
+    the (one-hot) weights, each by ``sqrt(2)``: ``g(0+, eps) = sqrt(2) P(swap) / eps``.
+
+    With the top-two gap ``D >= 0`` of density ``f`` and the perturbation's difference
+    ``w = v_2 - v_1`` independent of it, ``P(swap) = P(D < eps w)`` and, substituting ``D = eps u``,
+    ``P(swap)/eps = int_0^oo f(eps u) P(w > u) du``: non-increasing in ``eps`` whenever ``f`` is
+    non-increasing on ``[0, oo)``, and tending to ``f(0) E[w_+]`` as ``eps -> 0``: no dependence
+    on ``eps`` while ``eps`` is small against the gaps' scale.
+
+    Worked case (exponential gaps of rate ``lam``, ``w ~ N(0, sigma^2)``): ``g`` (closed form),
+    ``small_eps`` its ``eps -> 0`` limit, ``small_eps_general`` whether that equals
+    ``sqrt(2) lam E[w_+]`` (``E[w_+] = sigma / sqrt(2 pi)``), ``large_eps`` the limit of
+    ``eps g`` as ``eps -> oo`` (``sqrt(2) P(w > 0) = sqrt(2)/2``: half the cap ``sqrt(2)/eps``),
+    ``decreasing`` whether ``dg/d eps < 0`` at every sampled ``lam sigma eps`` in ``[1e-3, 30]``.
+    """
+
+    g: sp.Expr
+    small_eps: sp.Expr
+    small_eps_general: bool
+    large_eps: sp.Expr
+    decreasing: bool
+
+
+def zero_temperature_sensitivity() -> ZeroTemperatureSensitivity:
+    """The T -> 0 sensitivity for exponential top-two gaps and a Gaussian perturbation difference."""
+    lam, sigma, x = sp.Symbol("lambda", positive=True), sp.Symbol("sigma", positive=True), sp.Symbol("x", positive=True)
+    w = sp.Symbol("w", real=True)
+    tail = sp.erfc(x / (sigma * sp.sqrt(2))) / 2                       # P(w > x), w ~ N(0, sigma^2)
+    g = sp.simplify(sp.sqrt(2) * sp.integrate(lam * sp.exp(-lam * eps * x) * tail, (x, 0, sp.oo)))
+    small = sp.simplify(sp.limit(g, eps, 0, "+"))
+    density = sp.exp(-w ** 2 / (2 * sigma ** 2)) / (sigma * sp.sqrt(2 * sp.pi))
+    mean_positive = sp.integrate(w * density, (w, 0, sp.oo))
+    large = sp.limit(eps * g, eps, sp.oo)
+    slope = sp.diff(g, eps).subs({lam: 1, sigma: 1})
+    # 30 significant digits (erf - 1 cancels in double precision; beyond lam sigma eps = 30 the
+    # exp(x^2/2) factor outruns even those, and the limit large_eps takes over)
+    decreasing = all(sp.N(slope.subs(eps, sp.Integer(10) ** sp.Rational(k, 4)), 30) < 0
+                     for k in range(-12, 7))
+    return ZeroTemperatureSensitivity(g, small, closes(small - sp.sqrt(2) * lam * mean_positive),
+                                      large, decreasing)
