@@ -234,6 +234,50 @@ def test_min_distance_property(seed, length, dim, scale, clusters):
     assert torch.allclose(got, brute_delta(x[None]), rtol=1e-13, atol=0)
 
 
+@pytest.mark.parametrize("block_rows", [1, 2, 7, 16, 64, 1000])
+def test_min_distance_in_row_blocks_is_the_reference_at_every_block_size(block_rows):
+    """The upper-triangle screen in row blocks: the closest pair placed inside one diagonal block,
+    across two blocks, at the last row, as a duplicate and as near ties below float32's
+    resolution; float32 and float64 inputs. The result is the reference's, bit for bit."""
+    gen = torch.Generator().manual_seed(block_rows)
+    for dtype in (torch.float32, torch.float64):
+        x = S.project_to_sphere(torch.randn(6, 50, 24, generator=gen, dtype=torch.float64))
+        x[0, 3] = S.project_to_sphere(x[0, 4] + 1e-9 * torch.randn(24, generator=gen, dtype=torch.float64))
+        x[1, 2] = S.project_to_sphere(x[1, 45] + 1e-9 * torch.randn(24, generator=gen, dtype=torch.float64))
+        x[2, 48] = S.project_to_sphere(x[2, 49] + 1e-9 * torch.randn(24, generator=gen, dtype=torch.float64))
+        x[3, 0] = x[3, 49]                                             # a duplicate: delta = 0
+        x[4, 10] = x[4, 20]
+        x[4, 10, 0] += 3e-7                                            # two near ties, apart
+        x[4, 30] = x[4, 40]
+        x[4, 30, 1] += 2e-7
+        x = x.to(dtype)
+        got = S.min_pairwise_distance(x, block_rows=block_rows)
+        assert torch.equal(got, S.min_pairwise_distance_reference(x))
+        assert float(got[3]) == 0.0 and float(got[0]) < 1e-6
+        if dtype == torch.float64:                                  # float32 rounds the pair together
+            assert float(got[0]) > 0
+        assert torch.equal(got, S.min_pairwise_distance(x, block_rows=block_rows, pair_chunk=2))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=SEEDS, length=st.integers(2, 30), dim=st.integers(1, 8), block_rows=st.integers(1, 12),
+       clusters=st.integers(1, 4), scale=st.floats(1e-3, 1e3))
+def test_min_distance_in_row_blocks_property(seed, length, dim, block_rows, clusters, scale):
+    """Clustered points (many near ties) with random block sizes, L = 2 included: the blocked
+    screen never loses the closest pair."""
+    gen = torch.Generator().manual_seed(seed)
+    centres = torch.randn(clusters, dim, generator=gen, dtype=torch.float64)
+    x = centres[torch.randint(clusters, (2, length), generator=gen)]
+    x = scale * (x + 1e-7 * torch.randn(2, length, dim, generator=gen, dtype=torch.float64))
+    got = S.min_pairwise_distance(x, block_rows=block_rows)
+    assert torch.equal(got, S.min_pairwise_distance_reference(x))
+
+
+def test_min_distance_block_rows_must_be_positive():
+    with pytest.raises(ValueError, match="block_rows must be >= 1"):
+        S.min_pairwise_distance(torch.randn(3, 2), block_rows=0)
+
+
 def test_min_distance_falls_back_without_full_float32_precision():
     gen = torch.Generator().manual_seed(12)
     x = S.project_to_sphere(torch.randn(2, 50, 16, generator=gen))
