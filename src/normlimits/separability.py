@@ -62,6 +62,7 @@ __all__ = [
     "min_pairwise_distance_reference",
     "SPACED_ROW_COUNT",
     "spaced_rows",
+    "row_chunks",
     "geometric_separability",
     "reference_fraction",
 ]
@@ -276,6 +277,29 @@ def _resolve_rows(rows, n_rows: int, length: int, causal: bool) -> Tensor:
     return rows
 
 
+def row_chunks(positions: Tensor, row_chunk: int, length: int | None) -> list[tuple[int, int]]:
+    """Blocks ``[(start, stop), ...]`` of consecutive entries of the sorted query ``positions``
+    [R]: at most ``row_chunk`` rows each and, for causal rows (``length`` given), positions at most
+    ``max(1, length // 8)`` apart within a block. A block's keys run to its last row's position,
+    so this bounds the masked keys a row pays for by L/8 (with 128 evenly spaced rows of a
+    1024-token window: 8 blocks of 16 rows instead of one block whose first rows see 16 of its
+    1024 keys). Every row's result is the same whatever the blocks (rows are independent).
+    ``length`` None (non-causal): blocks of ``row_chunk`` rows."""
+    if row_chunk < 1:
+        raise ValueError("row_chunk must be >= 1.")
+    pos = positions.tolist()
+    span = None if length is None else max(1, length // 8)
+    out, start = [], 0
+    while start < len(pos):
+        stop = min(len(pos), start + row_chunk)
+        if span is not None:
+            limit = pos[start] + span
+            stop = start + 1 + sum(1 for q in pos[start + 1:stop] if q <= limit)
+        out.append((start, stop))
+        start = stop
+    return out
+
+
 def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, *,
                            causal: bool = True, keep_selection: bool = False,
                            row_chunk: int = 128, block_elements: int = 8_000_000,
@@ -293,9 +317,12 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
         causal: a row at position t sees keys 0..t only. False: every row sees all L keys.
         keep_selection: also return the top-K order, weights and distinguishable masks
             (needed by the multi-head measurements and by the plug-in bounds).
-        row_chunk: rows per block.
+        row_chunk: at most this many rows per block (:func:`row_chunks`: causal rows whose
+            positions lie more than L/8 apart go to different blocks, so that a block's keys, cut
+            at its last row's position, are not mostly masked for its first rows).
         block_elements: (layer, head) pairs are processed together in blocks of at most
-            ``block_elements // (row_chunk * G * L)``; memory ~ 3 * block_elements floats.
+            ``block_elements // (rows * G * keys)`` (the block's rows and key range); memory
+            ~ 3 * block_elements floats.
         method: how the inner products ``<x_j, s_N>`` are formed. ``"direct"``: ``s_N`` times
             every key, ``d`` multiply-adds per (row, N, key); ``"gram"`` (vectors shared by the
             whole batch only, e.g. a layer's hidden states): from the Gram matrix ``X X^T``,
@@ -346,8 +373,7 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
                          f"(got {v_flat.shape[0]} sets); use 'direct'.")
     use_gram = method == "gram" or (method == "auto" and one_set and dim > k_max)
     gram = v_flat[0] @ v_t[0] if use_gram else None  # [L, L]: <x_i, x_j>
-    per_pair = row_chunk * (k_max if use_gram else n_g) * length  # the largest temporary's size
-    batch_block = max(1, min(n_batch, block_elements // max(1, per_pair)))
+    per_key = k_max if use_gram else n_g  # the largest temporary: [heads, rows, per_key, keys]
 
     fraction = torch.full((n_batch, n_rows, n_g), float("nan"), dtype=dtype)
     radius = torch.full_like(fraction, float("nan"))
@@ -372,12 +398,13 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
     inf = torch.tensor(float("inf"), dtype=dtype)
     zero = torch.zeros((), dtype=dtype)
 
-    for start in range(0, n_rows, row_chunk):
-        sel_rows = (slice(start, min(start + row_chunk, n_rows)) if row_sort is None
-                    else row_sort[start:start + row_chunk])
+    ordered = rows if row_sort is None else rows[row_sort]
+    for start, stop in row_chunks(ordered, row_chunk, length if causal else None):
+        sel_rows = slice(start, stop) if row_sort is None else row_sort[start:stop]
         pos = rows[sel_rows]  # [Rc]
         n_chunk = pos.numel()
         n_keys = max(int(pos.max()) + 1, k_max) if causal else length
+        batch_block = max(1, min(n_batch, block_elements // max(1, n_chunk * per_key * n_keys)))
         if causal:
             visible = torch.arange(n_keys)[None, :] <= pos[:, None]  # [Rc, Lc]
         else:
