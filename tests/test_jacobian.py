@@ -531,6 +531,46 @@ def test_pooled_tail_is_used_on_sharp_rows_and_agrees_with_mpmath():
         assert float(got[i]) == pytest.approx(float(ref), rel=1e-10 + 1e-12)
 
 
+@pytest.mark.parametrize("sharp_share", [0.0, 0.25, 0.5, 0.75, 1.0])
+def test_pooled_tail_in_mixed_calls_stays_within_its_error(sharp_share):
+    """A call mixing sharp rows (pooled when they are at least half of the call) with flat,
+    uniform and duplicate-weight rows (always solved over every key), in float32 and float64:
+    each row, solved in the mixed call or alone, is never above the full solve and at most the
+    stated relative error below it (a row written to the wrong place would fail); the uniform
+    row gives 1/L. Short rows (L = 1..6): up to four keys the tail changes nothing; exact ties
+    give the tie's value."""
+    gen = torch.Generator().manual_seed(int(sharp_share * 100))
+    n_rows, keys = 16, 40
+    n_sharp = int(round(sharp_share * n_rows))
+    logits = torch.randn(n_rows, keys, dtype=torch.float64, generator=gen)
+    logits[:n_sharp, 3:] -= 60                                   # sharp: a far tail after three keys
+    logits[n_sharp:, :] *= 0.01                                  # flat rows
+    if n_sharp < n_rows:
+        logits[-1] = 0.0                                         # uniform: lambda = 1/L exactly
+    if n_sharp < n_rows - 1:
+        logits[-2, 10:] = logits[-2, :10].repeat(3)              # duplicate weights
+    a = torch.softmax(logits, -1)
+    bound = J.secular_tail_error(1e-5)
+    for dtype in (torch.float64, torch.float32):
+        rows = a.to(dtype)
+        together = J.top_eigenvalue(rows, tol=1e-14, tail=1e-5)
+        alone = torch.cat([J.top_eigenvalue(rows[i:i + 1], tol=1e-14, tail=1e-5) for i in range(n_rows)])
+        exact = J.top_eigenvalue(rows, tol=1e-14)
+        assert bool((together <= exact * (1 + 1e-13)).all())
+        assert bool((together >= exact * (1 - bound - 1e-13)).all())
+        assert bool((alone <= exact * (1 + 1e-13)).all()) and bool((alone >= exact * (1 - bound - 1e-13)).all())
+        if n_sharp < n_rows:
+            assert float(together[-1]) == pytest.approx(1 / keys, rel=1e-12)
+    for length in range(1, 7):                  # up to four keys nothing is pooled: the full solve
+        w = torch.softmax(torch.randn(3, length, dtype=torch.float64, generator=gen) * 30, -1)
+        pooled, full = J.top_eigenvalue(w, tail=1e-5), J.top_eigenvalue(w)
+        if length <= 4:
+            assert torch.equal(pooled, full)
+        assert bool((pooled <= full * (1 + 1e-13)).all()) and bool((pooled >= full * (1 - bound - 1e-13)).all())
+    tie = torch.tensor([[0.4, 0.4, 1e-9, 1e-9, 1e-9, 0.2 - 3e-9]], dtype=torch.float64)
+    assert float(J.top_eigenvalue(tie, tail=1e-5)) == pytest.approx(float(eig_top(tie)), rel=1e-12)
+
+
 def test_bad_tail_is_a_clear_error():
     with pytest.raises(ValueError, match="tail threshold must lie in"):
         J.top_eigenvalue(torch.ones(1, 6) / 6, tail=0.5)

@@ -68,6 +68,46 @@ def test_rows_subset_unsorted_and_shared_vectors():
     assert res.fraction.shape == (heads, 6, 4)
 
 
+def test_row_chunks_bound_rows_and_position_span():
+    spaced = S.spaced_rows(1024, 128)
+    chunks = S.row_chunks(spaced, 128, 1024)
+    assert chunks[0][0] == 0 and chunks[-1][1] == 128 and len(chunks) == 8       # 17 rows a block
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))                   # contiguous, no gaps
+    for start, stop in chunks:
+        assert stop - start <= 128 and int(spaced[stop - 1] - spaced[start]) <= 1024 // 8
+    every = torch.arange(1024)
+    assert S.row_chunks(every, 128, 1024) == [(i, i + 128) for i in range(0, 1024, 128)]   # as before
+    assert S.row_chunks(spaced, 128, None) == [(0, 128)]                          # non-causal: no span
+    assert S.row_chunks(torch.tensor([5]), 3, 4) == [(0, 1)]
+    assert S.row_chunks(torch.tensor([0, 0, 0, 1, 9]), 2, 16) == [(0, 2), (2, 4), (4, 5)]
+    with pytest.raises(ValueError, match="row_chunk must be >= 1"):
+        S.row_chunks(every, 0, 1024)
+
+
+def test_spaced_rows_give_the_same_result_in_any_blocks():
+    """Evenly spaced rows (the bench's and the chapter's subsample) whose span splits them into
+    several blocks, given sorted and shuffled: the loop reference's N_s/N, and the same radii,
+    counts and selections (radii to rounding) whatever row_chunk and block_elements are."""
+    weights, vectors = random_problem(21, batch=3, length=64, dim=5)
+    rows = S.spaced_rows(64, 16)
+    grid = [1, 2, 3, 5, 8, 13]
+    results = []
+    for row_chunk, block in ((128, 10**9), (16, 10**9), (3, 50), (1, 1)):
+        for order in (torch.arange(16), torch.randperm(16, generator=torch.Generator().manual_seed(row_chunk))):
+            r = rows[order]
+            res = S.geometric_separability(weights[:, r], vectors, grid, rows=r, keep_selection=True,
+                                           row_chunk=row_chunk, block_elements=block)
+            back = torch.argsort(order)
+            results.append([x[:, back] for x in (res.fraction, res.radius, res.count, res.distinguishable)])
+    ref = reference_fraction(weights[:, rows], vectors, rows.tolist(), grid)
+    assert torch.equal(results[0][0].nan_to_num(-1), ref.nan_to_num(-1))
+    for other in results[1:]:                     # radii may differ by the products' rounding only
+        torch.testing.assert_close(other[1], results[0][1], rtol=1e-12, atol=1e-14, equal_nan=True)
+        for i in (0, 2, 3):
+            assert torch.equal(other[i].nan_to_num(-1) if i < 3 else other[i],
+                               results[0][i].nan_to_num(-1) if i < 3 else results[0][i])
+
+
 @pytest.mark.parametrize("method", ["direct", "gram"])
 def test_shared_wide_vectors_both_methods(method):
     """Vectors shared by every head and wider than K (the hidden states): the Gram route."""
@@ -232,6 +272,50 @@ def test_min_distance_property(seed, length, dim, scale, clusters):
     x = scale * (x + 1e-6 * torch.randn(length, dim, generator=gen, dtype=torch.float64))
     got = S.min_pairwise_distance(x[None], pair_chunk=3)
     assert torch.allclose(got, brute_delta(x[None]), rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("block_rows", [1, 2, 7, 16, 64, 1000])
+def test_min_distance_in_row_blocks_is_the_reference_at_every_block_size(block_rows):
+    """The upper-triangle screen in row blocks: the closest pair placed inside one diagonal block,
+    across two blocks, at the last row, as a duplicate and as near ties below float32's
+    resolution; float32 and float64 inputs. The result is the reference's, bit for bit."""
+    gen = torch.Generator().manual_seed(block_rows)
+    for dtype in (torch.float32, torch.float64):
+        x = S.project_to_sphere(torch.randn(6, 50, 24, generator=gen, dtype=torch.float64))
+        x[0, 3] = S.project_to_sphere(x[0, 4] + 1e-9 * torch.randn(24, generator=gen, dtype=torch.float64))
+        x[1, 2] = S.project_to_sphere(x[1, 45] + 1e-9 * torch.randn(24, generator=gen, dtype=torch.float64))
+        x[2, 48] = S.project_to_sphere(x[2, 49] + 1e-9 * torch.randn(24, generator=gen, dtype=torch.float64))
+        x[3, 0] = x[3, 49]                                             # a duplicate: delta = 0
+        x[4, 10] = x[4, 20]
+        x[4, 10, 0] += 3e-7                                            # two near ties, apart
+        x[4, 30] = x[4, 40]
+        x[4, 30, 1] += 2e-7
+        x = x.to(dtype)
+        got = S.min_pairwise_distance(x, block_rows=block_rows)
+        assert torch.equal(got, S.min_pairwise_distance_reference(x))
+        assert float(got[3]) == 0.0 and float(got[0]) < 1e-6
+        if dtype == torch.float64:                                  # float32 rounds the pair together
+            assert float(got[0]) > 0
+        assert torch.equal(got, S.min_pairwise_distance(x, block_rows=block_rows, pair_chunk=2))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=SEEDS, length=st.integers(2, 30), dim=st.integers(1, 8), block_rows=st.integers(1, 12),
+       clusters=st.integers(1, 4), scale=st.floats(1e-3, 1e3))
+def test_min_distance_in_row_blocks_property(seed, length, dim, block_rows, clusters, scale):
+    """Clustered points (many near ties) with random block sizes, L = 2 included: the blocked
+    screen never loses the closest pair."""
+    gen = torch.Generator().manual_seed(seed)
+    centres = torch.randn(clusters, dim, generator=gen, dtype=torch.float64)
+    x = centres[torch.randint(clusters, (2, length), generator=gen)]
+    x = scale * (x + 1e-7 * torch.randn(2, length, dim, generator=gen, dtype=torch.float64))
+    got = S.min_pairwise_distance(x, block_rows=block_rows)
+    assert torch.equal(got, S.min_pairwise_distance_reference(x))
+
+
+def test_min_distance_block_rows_must_be_positive():
+    with pytest.raises(ValueError, match="block_rows must be >= 1"):
+        S.min_pairwise_distance(torch.randn(3, 2), block_rows=0)
 
 
 def test_min_distance_falls_back_without_full_float32_precision():

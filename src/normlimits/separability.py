@@ -62,6 +62,7 @@ __all__ = [
     "min_pairwise_distance_reference",
     "SPACED_ROW_COUNT",
     "spaced_rows",
+    "row_chunks",
     "geometric_separability",
     "reference_fraction",
 ]
@@ -148,6 +149,11 @@ def screen_margin(dim: int) -> float:
     return 1.05 * (2 * dim + 10) * FLOAT32_UNIT
 
 
+def _lower_triangle(size: int) -> Tensor:
+    """BoolTensor [size, size], True at and below the diagonal (``j <= i``)."""
+    return torch.ones(size, size, dtype=torch.bool).tril()
+
+
 def min_pairwise_distance_reference(vectors: Tensor) -> Tensor:
     """The slow, obviously exact path: float64 ``||x_i - x_j||`` of every pair, one leading index
     at a time (memory L^2 d). ``vectors`` [..., L, d] -> [...] float64."""
@@ -161,20 +167,28 @@ def min_pairwise_distance_reference(vectors: Tensor) -> Tensor:
     return out.reshape(lead)
 
 
-def min_pairwise_distance(vectors: Tensor, *, pair_chunk: int = 1 << 16) -> Tensor:
+def min_pairwise_distance(vectors: Tensor, *, pair_chunk: int = 1 << 16, block_rows: int = 128) -> Tensor:
     """Assumption 2's delta: the minimum Euclidean distance over pairs i != j of the rows of
     ``vectors`` [..., L, d]; returns float64 [...] (one value per leading index).
 
     Exact, i.e. the float64 norm ``||x_i - x_j||`` of the closest pair, as
     :func:`min_pairwise_distance_reference` computes it, but without an L x L float64 product:
 
-    1. *screen*: every squared distance ``D2_ij`` in float32 from one batched product of
-       augmented vectors (:func:`screen_margin`), which is within ``E = 2 c max_i n_i`` of the
-       truth;
-    2. *check*: the closest pair's ``D2`` is at most ``min_ij D2_ij + E``, and the screen
-       puts it at most ``E`` lower, so every pair whose screened value is within ``2 E`` of the
-       screened minimum is a candidate; only those are recomputed in float64 (differences, not
-       Gram entries), in chunks of ``pair_chunk``.
+    1. *screen*: every squared distance ``D2_ij``, ``i < j``, in float32 from batched products
+       of augmented vectors (:func:`screen_margin`), which is within ``E = 2 c max_i n_i`` of the
+       truth. Only the upper triangle is formed: rows in blocks of ``block_rows``, block ``I``
+       against the columns from its own first row on (the part of the diagonal block at or
+       below the diagonal is discarded), so the products cost about ``(1 + block_rows / L) / 2``
+       of the full ``L x L`` one (56 % at L = 1024 and 128-row blocks). Every unordered pair is
+       screened exactly once, and the entry's error bound does not depend on which block
+       computes it (the bound holds for a dot product in any summation order);
+    2. *check*: with ``m`` the screened minimum over the pairs, the closest pair's true ``D2*``
+       satisfies ``D2* <= (true D2 of the pair screened at m) <= m + E``, and its own screened
+       value is at most ``D2* + E <= m + 2 E``. So every pair whose screened value is within
+       ``2 E`` of ``m`` is a candidate (the threshold is rounded up, never down); only those are
+       recomputed in float64 (differences ``x_i - x_j``, ``i < j``, exactly as the reference
+       path computes them), in chunks of ``pair_chunk``. The result is therefore the float64
+       minimum over ALL pairs, bit for bit :func:`min_pairwise_distance_reference`'s.
 
     Falls back to float64 Gram matrices when torch's float32 matmul precision is not
     ``"highest"`` (reduced-precision products void the bound).
@@ -187,6 +201,8 @@ def min_pairwise_distance(vectors: Tensor, *, pair_chunk: int = 1 << 16) -> Tens
         raise ValueError("the minimum pairwise distance needs at least two vectors.")
     if pair_chunk < 1:
         raise ValueError("pair_chunk must be >= 1.")
+    if block_rows < 1:
+        raise ValueError("block_rows must be >= 1.")
     x = vectors.reshape(-1, length, dim)
     norms2 = (x.double() ** 2).sum(-1)  # [B, L], float64
     if not bool(torch.isfinite(norms2).all()):
@@ -197,18 +213,30 @@ def min_pairwise_distance(vectors: Tensor, *, pair_chunk: int = 1 << 16) -> Tens
     c = screen_margin(dim) if screen_dtype == torch.float32 else 1e-13 * (dim + 10)
     xs, n_s = x.to(screen_dtype), norms2.to(screen_dtype)[..., None]
     ones = torch.ones_like(n_s)
-    d2 = torch.bmm(torch.cat([xs, n_s, ones], -1),
-                   torch.cat([-2.0 * xs, ones, n_s], -1).transpose(1, 2))  # n_i + n_j - 2 <x_i, x_j>
-    d2.diagonal(dim1=-2, dim2=-1).fill_(float("inf"))
-    row_min = d2.amin(-1)  # [B, L]
+    left = torch.cat([xs, n_s, ones], -1)                          # [B, L, d + 2]
+    right = torch.cat([-2.0 * xs, ones, n_s], -1).transpose(1, 2)  # [B, d + 2, L]
+    blocks = []  # (first row, [B, rows, L - first row]): n_i + n_j - 2 <x_i, x_j> for j > i only
+    for i0 in range(0, length, block_rows):
+        i1 = min(length, i0 + block_rows)
+        d2 = torch.bmm(left[:, i0:i1], right[:, :, i0:])
+        d2[:, :, :i1 - i0].masked_fill_(_lower_triangle(i1 - i0), float("inf"))  # j <= i
+        blocks.append((i0, d2))
+    row_min = torch.cat([d2.amin(-1) for _, d2 in blocks], 1)  # [B, L]
     threshold = row_min.amin(-1).double() + 4.0 * c * norms2.amax(-1)  # screened min + 2 E
     bound = threshold.to(screen_dtype)
     bound = torch.where(bound.double() < threshold, bound.nextafter(torch.full_like(bound, float("inf"))),
                         bound)  # never round the threshold down
     rb, ri = torch.nonzero(row_min <= bound[:, None], as_tuple=True)  # rows holding a candidate
-    sub, sj = torch.nonzero(d2[rb, ri] <= bound[rb, None], as_tuple=True)
-    b_idx, i_idx, j_idx = rb[sub], ri[sub], sj
-    x = x.double()  # both (i, j) and (j, i) may be candidates (the screen is not symmetric)
+    b_parts, i_parts, j_parts = [], [], []
+    for i0, d2 in blocks:  # the candidates' columns, block by block
+        here = (ri >= i0) & (ri < i0 + d2.shape[1])
+        hb, hi = rb[here], ri[here]
+        sub, sj = torch.nonzero(d2[hb, hi - i0] <= bound[hb, None], as_tuple=True)
+        b_parts.append(hb[sub])
+        i_parts.append(hi[sub])
+        j_parts.append(sj + i0)
+    b_idx, i_idx, j_idx = torch.cat(b_parts), torch.cat(i_parts), torch.cat(j_parts)
+    x = x.double()
     out = torch.full((x.shape[0],), float("inf"), dtype=torch.float64)
     for start in range(0, b_idx.numel(), pair_chunk):
         sl = slice(start, start + pair_chunk)
@@ -249,6 +277,29 @@ def _resolve_rows(rows, n_rows: int, length: int, causal: bool) -> Tensor:
     return rows
 
 
+def row_chunks(positions: Tensor, row_chunk: int, length: int | None) -> list[tuple[int, int]]:
+    """Blocks ``[(start, stop), ...]`` of consecutive entries of the sorted query ``positions``
+    [R]: at most ``row_chunk`` rows each and, for causal rows (``length`` given), positions at most
+    ``max(1, length // 8)`` apart within a block. A block's keys run to its last row's position,
+    so this bounds the masked keys a row pays for by L/8 (with 128 evenly spaced rows of a
+    1024-token window: 8 blocks of 16 rows instead of one block whose first rows see 16 of its
+    1024 keys). Every row's result is the same whatever the blocks (rows are independent).
+    ``length`` None (non-causal): blocks of ``row_chunk`` rows."""
+    if row_chunk < 1:
+        raise ValueError("row_chunk must be >= 1.")
+    pos = positions.tolist()
+    span = None if length is None else max(1, length // 8)
+    out, start = [], 0
+    while start < len(pos):
+        stop = min(len(pos), start + row_chunk)
+        if span is not None:
+            limit = pos[start] + span
+            stop = start + 1 + sum(1 for q in pos[start + 1:stop] if q <= limit)
+        out.append((start, stop))
+        start = stop
+    return out
+
+
 def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, *,
                            causal: bool = True, keep_selection: bool = False,
                            row_chunk: int = 128, block_elements: int = 8_000_000,
@@ -266,9 +317,12 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
         causal: a row at position t sees keys 0..t only. False: every row sees all L keys.
         keep_selection: also return the top-K order, weights and distinguishable masks
             (needed by the multi-head measurements and by the plug-in bounds).
-        row_chunk: rows per block.
+        row_chunk: at most this many rows per block (:func:`row_chunks`: causal rows whose
+            positions lie more than L/8 apart go to different blocks, so that a block's keys, cut
+            at its last row's position, are not mostly masked for its first rows).
         block_elements: (layer, head) pairs are processed together in blocks of at most
-            ``block_elements // (row_chunk * G * L)``; memory ~ 3 * block_elements floats.
+            ``block_elements // (rows * G * keys)`` (the block's rows and key range); memory
+            ~ 3 * block_elements floats.
         method: how the inner products ``<x_j, s_N>`` are formed. ``"direct"``: ``s_N`` times
             every key, ``d`` multiply-adds per (row, N, key); ``"gram"`` (vectors shared by the
             whole batch only, e.g. a layer's hidden states): from the Gram matrix ``X X^T``,
@@ -319,8 +373,7 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
                          f"(got {v_flat.shape[0]} sets); use 'direct'.")
     use_gram = method == "gram" or (method == "auto" and one_set and dim > k_max)
     gram = v_flat[0] @ v_t[0] if use_gram else None  # [L, L]: <x_i, x_j>
-    per_pair = row_chunk * (k_max if use_gram else n_g) * length  # the largest temporary's size
-    batch_block = max(1, min(n_batch, block_elements // max(1, per_pair)))
+    per_key = k_max if use_gram else n_g  # the largest temporary: [heads, rows, per_key, keys]
 
     fraction = torch.full((n_batch, n_rows, n_g), float("nan"), dtype=dtype)
     radius = torch.full_like(fraction, float("nan"))
@@ -345,12 +398,13 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
     inf = torch.tensor(float("inf"), dtype=dtype)
     zero = torch.zeros((), dtype=dtype)
 
-    for start in range(0, n_rows, row_chunk):
-        sel_rows = (slice(start, min(start + row_chunk, n_rows)) if row_sort is None
-                    else row_sort[start:start + row_chunk])
+    ordered = rows if row_sort is None else rows[row_sort]
+    for start, stop in row_chunks(ordered, row_chunk, length if causal else None):
+        sel_rows = slice(start, stop) if row_sort is None else row_sort[start:stop]
         pos = rows[sel_rows]  # [Rc]
         n_chunk = pos.numel()
         n_keys = max(int(pos.max()) + 1, k_max) if causal else length
+        batch_block = max(1, min(n_batch, block_elements // max(1, n_chunk * per_key * n_keys)))
         if causal:
             visible = torch.arange(n_keys)[None, :] <= pos[:, None]  # [Rc, Lc]
         else:
