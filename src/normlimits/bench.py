@@ -770,8 +770,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = BenchConfig(length=args.length, separability_row_count=args.separability_rows)
     result = run_bench(loaded, windows, config,
                        workloads=args.workloads, setup_seconds=setup, progress=say)
+    from .book_projection import format_projection, project
+
+    projected = project(result.rows[-1]["seconds"])
+    result.rows[-1]["book_projected_seconds"] = projected
     path = write_rows(result.rows, args.output)
     print(format_table(result.rows))
+    print(format_projection(projected))
     print(f"rows written to {path}")
     return 0
 
