@@ -102,9 +102,10 @@ ROPE_TRIALS = (
           "700 of 4 x 1024 (recipe version 1)",
           "far past the target in every band, but three times the cold build's room beside the "
           "GPT-2 stand-in; its yardsticks (the architectures chapter, run by hand): vanishing "
-          "exponent -0.09, critical N/L 0.625, N_s/N plateau 0.385, EPS ordered in 42% of heads; the same seven "
-          "verdicts as the shipped 300-step run (whose figures differ: exponent -0.38, critical "
-          "N/L 0.50, plateau 0.376): training length moves the yardsticks, not the verdicts",
+          "exponent -0.09, critical N/L 0.625, N_s/N plateau 0.385, EPS ordered (every pair) at 42% of the temperatures; the same "
+          "seven verdicts as the shipped 300-step run under that day's rules, when EPS was graded "
+          "on every pair only (the shipped run's figures differ: exponent -0.38, critical N/L "
+          "0.50, plateau 0.376): training length moved the yardsticks, not the verdicts",
           seconds=615.0, load="idle", bits=(1.852, 1.802, 1.779), bigram=ROPE_BIGRAM, steps=1000),
     Trial("standin-rope", "1024 only", "300 steps of 4 x 1024 from the start (no short phase)",
           "no bigram plateau, unlike the GPT-2 stand-in: the training loss passes the bigram level "
