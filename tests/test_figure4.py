@@ -77,3 +77,8 @@ def test_ordering_readings_separate_the_pairs():
     assert s["ordered_pairs"][1] == 1.0
     assert s["ordered"] == pytest.approx(1 - crossing)
     assert s["ordered_extremes"] == 1.0
+    ratios = F4.ordering_ratios(c)
+    assert list(ratios.index) == list(c.t[below]) and ratios.shape[1] == 2
+    assert np.allclose(ratios.iloc[:, 0], np.where(c.t[below] < 0.01, 0.9, 1.1))
+    assert np.allclose(ratios.iloc[:, 1], 5.0)
+    assert ((ratios.iloc[:, 0] >= 1 - 1e-3).mean()) == pytest.approx(s["ordered_pairs"][0])

@@ -177,4 +177,19 @@ def test_a_cached_rope_standin_loads_by_its_setting(isolated_cache, tmp_path, mo
     assert loaded.name == "standin-rope" and loaded.family == "llama" and loaded.n_kv_heads == 2
     assert "rotary positions" in loaded.source
     assert standin.standin_report(recipe="standin-rope")["train_seconds"] == 2.0
+    assert standin.cached_report(corpus, "standin-rope")["train_seconds"] == 2.0
+    assert standin.cached_report(corpus) is None, "nothing trained, nothing reported (no training)"
     assert not standin.standin_dir(corpus).exists(), "the GPT-2 stand-in was not touched"
+
+
+def test_report_table_puts_stand_ins_side_by_side_with_gains_per_band():
+    def report(bits, bigram, steps):
+        bands = ("0-255", "256-511", "512-1023")
+        return {"model_bits_per_byte": dict(zip(bands, bits)), "bigram_bits_per_byte": dict(zip(bands, bigram)),
+                "steps": steps, "train_seconds": 1.5, "n_params": 10}
+    table = standin.report_table({"a": report((2.9, 3.0, 3.1), (3.5, 3.5, 3.5), 1000),
+                                  "b": report((2.0, 2.5, 3.0), (3.4, 3.5, 3.6), 300)})
+    assert list(table.index) == ["a", "b"]
+    assert table.loc["a", "gain over bigram 512-1023"] == pytest.approx(0.4)
+    assert table.loc["b", "gain over bigram 0-255"] == pytest.approx(1.4)
+    assert table.loc["b", "bits/byte 256-511"] == 2.5 and table.loc["b", "steps"] == 300

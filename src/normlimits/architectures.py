@@ -2,7 +2,7 @@
 
 Which models: ``NORMLIMITS_ARCHITECTURES`` (comma-separated model settings), by default the two
 stand-ins (:data:`OFFLINE_MODELS`: learned absolute positions against RoPE + grouped-query
-attention at equal size, corpus and training budget) and, where the hub or its cache has them,
+attention at equal size and corpus, the RoPE one trained for 30% of the steps) and, where the hub or its cache has them,
 :data:`ONLINE_MODELS` (GPT-2 124M and 355M, which tests the paper's "larger variants" remark,
 Pythia-160M and SmolLM2-135M). A model that cannot be loaded is skipped with the reason its
 loader gave (:class:`Skipped`), never silently.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -68,7 +68,7 @@ class Skipped:
 @dataclass
 class Surveyed:
     """One model's yardsticks. ``measured``: yardstick name -> :class:`~normlimits.yardsticks.Measured`;
-    ``label``: as the rows name it; ``timings``: the audit's (forward passes, each yardstick)."""
+    ``label``: as the rows name it; ``seconds``: loading and measuring it."""
 
     name: str
     label: str
@@ -82,9 +82,7 @@ class Surveyed:
     windows: int
     source: str
     measured: dict
-    timings: dict
     seconds: float = 0.0
-    notes: list = field(default_factory=list)
 
     def rows(self) -> list[dict]:
         """Every graded row of every yardstick, in the paper's order."""
@@ -153,8 +151,7 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
                        positions=positions_of(cfg), layers=loaded.n_layers, heads=loaded.n_heads,
                        kv_heads=loaded.n_kv_heads, params=int(loaded.n_params), length=length,
                        windows=len(windows), source=loaded.source, measured=run["measured"],
-                       timings=run["timings"], seconds=time.perf_counter() - start,
-                       notes=list(loaded.notes))
+                       seconds=time.perf_counter() - start)
         del loaded
 
 

@@ -112,6 +112,19 @@ def statistics(c: Curves, *, ordering_tolerance: float = 1e-3) -> dict[str, floa
             "closeness": float(np.min(g[sharp, 0] * 2 * c.t[sharp]))}
 
 
+def ordering_ratios(c: Curves):
+    """Figure 4's curves against each other: for each adjacent pair of epsilons (smallest first),
+    ``g(T, smaller) / g(T, larger)`` at every grid temperature below ``HIGH_T`` (the temperatures
+    :func:`statistics` grades EPS on), as a pandas DataFrame indexed by T."""
+    import pandas as pd
+
+    order = np.argsort(c.eps)
+    g = c.g[:, order]
+    below = c.t < HIGH_T * (1 - 1e-9)
+    names = [f"g(ε={c.eps[order][k]:g}) / g(ε={c.eps[order][k + 1]:g})" for k in range(len(order) - 1)]
+    return pd.DataFrame(g[below, :-1] / g[below, 1:], columns=names, index=pd.Index(c.t[below], name="T"))
+
+
 def limit_readings(c: Curves):
     """"Close to the theoretical limit for T < 0.1", read several ways: for each measured curve
     (``g`` at the smallest epsilon, the row-mean and the largest-row ``||J||_2``) and each limit

@@ -10,7 +10,7 @@ baseline):
 - ``standin-rope`` (:data:`ROPE_RECIPE`): a ``LlamaForCausalLM`` of the same budget (4 layers x 4
   query heads sharing 2 key/value heads, width 192, rotary positions, RMSNorm, SwiGLU), so that
   the architectures chapter compares learned absolute positions with RoPE + grouped-query
-  attention at equal size, corpus and training budget.
+  attention at equal size and corpus (it trains for 30% of the GPT-2 stand-in's steps).
 
 Both train deterministically (fixed seed, fixed threads) on 95% of the corpus in two phases:
 
@@ -500,6 +500,33 @@ def standin_report(corpus=None, recipe: Recipe | str | None = None) -> dict:
     recipe = resolve_recipe(recipe)
     corpus = corpus if corpus is not None else load_corpus()
     return verify_standin_dir(standin_dir(corpus, recipe))
+
+
+def cached_report(corpus=None, recipe: Recipe | str | None = None) -> dict | None:
+    """The verified report of a stand-in (default: the GPT-2 one) when it is trained on this
+    machine, else None (nothing is trained)."""
+    from .corpus import load_corpus
+
+    corpus = corpus if corpus is not None else load_corpus()
+    if not (standin_dir(corpus, recipe) / REPORT_FILE).is_file():
+        return None
+    return standin_report(corpus, recipe)
+
+
+def report_table(reports: dict) -> "pd.DataFrame":
+    """Stand-ins side by side, one row per name of ``reports`` (name -> report): held-out bits per
+    byte and gain over the bigram in each position band, steps, training seconds, parameters."""
+    import pandas as pd
+
+    rows = {}
+    for name, rep in reports.items():
+        bands = [f"{lo}-{hi - 1}" for lo, hi in BANDS]
+        rows[name] = {**{f"bits/byte {b}": rep["model_bits_per_byte"][b] for b in bands},
+                      **{f"gain over bigram {b}": rep["bigram_bits_per_byte"][b] - rep["model_bits_per_byte"][b]
+                         for b in bands},
+                      "steps": rep["steps"], "training seconds": rep["train_seconds"],
+                      "parameters": rep["n_params"]}
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def main(argv=None) -> int:
