@@ -26,6 +26,32 @@ def test_keep_top_n_keeps_exactly_n_with_ties_to_the_lower_index():
         R.keep_top_n(batch, torch.tensor([1, 2]))
 
 
+def _reference_keep(weights, k):
+    """The kept weights by the book's selection rule (normlimits.selection.top_n), row by row."""
+    from normlimits.selection import top_n
+
+    if k >= weights.shape[-1]:
+        return weights.clone()
+    _, idx = top_n(weights, k)
+    return torch.zeros_like(weights).scatter_(-1, idx, weights.gather(-1, idx))
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 11, 23, 24])
+def test_keep_top_n_matches_the_selection_rule_with_ties_and_causal_zeros(k):
+    gen = torch.Generator().manual_seed(k)
+    logits = torch.randint(0, 4, (3, 2, 24, 24), generator=gen).float()     # many exact ties
+    causal = torch.ones(24, 24, dtype=torch.bool).tril()
+    w = torch.softmax(logits.masked_fill(~causal, float("-inf")), -1)
+    kept = torch.where(R.keep_top_n(w, k), w, torch.zeros_like(w))
+    assert torch.equal(kept, _reference_keep(w, k))
+    positive = (kept > 0).sum(-1)
+    assert torch.equal(positive, torch.clamp(causal.sum(-1), max=k).expand_as(positive))
+    # the attention's in-place cut, which skips the causal rows q < N, keeps the same weights
+    cut = R._cut_rows(w.clone(), torch.full((3,), k), causal=True)
+    assert torch.equal(cut, kept)
+    assert torch.equal(R._cut_rows(w.clone(), torch.full((3,), k), causal=False), kept)
+
+
 def _ids(tiny_loaded, length=48, rows=3):
     gen = torch.Generator().manual_seed(1)
     return torch.randint(0, 250, (rows, length), generator=gen)

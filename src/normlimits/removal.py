@@ -47,7 +47,6 @@ import torch
 from torch import Tensor
 
 from .fits import loglog_fit
-from .selection import top_n
 
 __all__ = [
     "ATTENTION_NAME",
@@ -70,27 +69,80 @@ def keep_top_n(weights: Tensor, n: Tensor | int) -> Tensor:
     """Boolean mask of the ``n`` largest entries of each row (last dim), in the book's order.
 
     ``weights`` [B, ..., L] non-negative; ``n`` an int or a LongTensor [B] (one N per leading
-    batch element). The selection is :func:`normlimits.selection.top_n` (ties: the earlier key
-    first). Rows with fewer than ``n`` positive entries keep all of them (plus zeros, which carry
-    no weight). Returns a bool tensor shaped like ``weights``.
+    batch element). Ties at the N-th place go to the earlier key (the rule of
+    :func:`normlimits.selection.top_n`), so a row with more than ``n`` positive entries keeps
+    exactly ``n``; a row with at most ``n`` positive entries keeps every entry (its zeros carry no
+    weight). Returns a bool tensor shaped like ``weights``.
     """
     n = torch.as_tensor(n, dtype=torch.long, device=weights.device)
     if bool((n < 1).any()):
         raise ValueError(f"N must be >= 1 (got {n.tolist()})")
-    length = weights.shape[-1]
     if n.dim() == 0:
         n = n.expand(weights.shape[0])
     if n.shape[0] != weights.shape[0]:
         raise ValueError(f"one N per batch element: got {n.shape[0]} values for batch {weights.shape[0]}")
-    out = torch.zeros_like(weights, dtype=torch.bool)
+    out = torch.ones_like(weights, dtype=torch.bool)
     for b in range(weights.shape[0]):
-        k = int(min(int(n[b]), length))
-        if k >= length:
-            out[b] = True
-            continue
-        _, indices = top_n(weights[b], k)
-        out[b].scatter_(-1, indices, True)
+        out[b] = _top_mask(weights[b], int(n[b]))
     return out
+
+
+def _top_mask(weights: Tensor, k: int) -> Tensor:
+    """:func:`keep_top_n` for one N: ``weights`` [..., L], ``k >= 1``; bool [..., L].
+
+    The threshold is the k-th largest weight of the row (one ``topk``); entries above it are
+    kept, and at the threshold the earliest entries up to k (a cumulative count, only on the rows
+    where the threshold is tied). Rows whose threshold is 0 have at most k positive entries and
+    keep everything.
+    """
+    length = weights.shape[-1]
+    if k >= length:
+        return torch.ones_like(weights, dtype=torch.bool)
+    threshold = torch.topk(weights, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)
+    keep = weights >= threshold
+    tied = (keep.sum(-1) > k) & (threshold.squeeze(-1) > 0)
+    if bool(tied.any()):
+        rows, t = weights[tied], threshold[tied]
+        above, equal = rows > t, rows == t
+        room = k - above.sum(-1, keepdim=True)
+        keep[tied] = above | (equal & (equal.cumsum(-1) <= room))
+    return keep
+
+
+def _keep_top_in_place(weights: Tensor, k: int) -> None:
+    """Zero all but the ``k`` largest entries of each row of ``weights`` [..., L] in place
+    (``1 <= k < L``), ties at the k-th place to the earlier key.
+
+    One ``topk`` of ``k + 1`` values, then the row is cleared and its top k written back; rows
+    whose k-th and (k+1)-th values tie at a positive weight (where ``topk`` does not say which
+    keys it took) are redone with :func:`_top_mask`. For ``k`` above a quarter of the row the
+    mask of :func:`_top_mask` is cheaper than clearing and scattering, and is used instead.
+    """
+    if 4 * k > weights.shape[-1]:
+        weights.mul_(_top_mask(weights, k))
+        return
+    values, indices = torch.topk(weights, k + 1, dim=-1, sorted=True)
+    tied = (values[..., k] == values[..., k - 1]) & (values[..., k - 1] > 0)
+    saved = weights[tied] if bool(tied.any()) else None
+    weights.zero_().scatter_(-1, indices[..., :k], values[..., :k])
+    if saved is not None:
+        weights[tied] = saved * _top_mask(saved, k)
+
+
+def _cut_rows(weights: Tensor, n: Tensor, causal: bool) -> Tensor:
+    """Zero all but the top ``n[b]`` weights of every row of batch element b, in place.
+
+    ``weights`` [B, H, Q, K]. With ``causal`` and ``Q == K`` (no cache: the query q sees at most
+    ``q + 1`` keys) the rows ``q < n[b]`` have at most ``n[b]`` positive weights and are left as
+    they are without looking at them. Returns ``weights``.
+    """
+    square = causal and weights.shape[-2] == weights.shape[-1]
+    for b in range(weights.shape[0]):
+        k = int(n[b])
+        part = weights[b, :, k:] if square else weights[b]
+        if part.shape[-2] and k < weights.shape[-1]:
+            _keep_top_in_place(part, k)
+    return weights
 
 
 @dataclass
@@ -111,8 +163,12 @@ def _top_n_forward(module, query, key, value, attention_mask, scaling=None, drop
         scores = scores + attention_mask
     weights = torch.softmax(scores, dim=-1)
     if _SETTING.n is not None:
-        keep = keep_top_n(weights, _SETTING.n.to(weights.device))
-        weights = torch.where(keep, weights, torch.zeros_like(weights))
+        n = _SETTING.n.to(weights.device)
+        if n.numel() == 1:
+            n = n.expand(weights.shape[0])
+        if bool((n < 1).any()) or n.shape[0] != weights.shape[0]:
+            raise ValueError(f"one N >= 1 per batch element: got {n.tolist()} for batch {weights.shape[0]}")
+        _cut_rows(weights, n, getattr(module, "is_causal", True))
         if _SETTING.renormalise:
             weights = weights / weights.sum(-1, keepdim=True)
     weights = weights.type(value.dtype)
@@ -160,10 +216,10 @@ def removal_nll(model, ids: Tensor, targets: int, n: Tensor | Sequence[int] | No
     if not 1 <= targets < ids.shape[-1]:
         raise ValueError(f"targets must lie in 1..{ids.shape[-1] - 1} (got {targets})")
     if n is None:
-        logits = model(ids).logits
+        logits = model(ids, logits_to_keep=targets + 1).logits
     else:
         with top_n_attention(model, n, renormalise):
-            logits = model(ids).logits
+            logits = model(ids, logits_to_keep=targets + 1).logits
     logp = torch.log_softmax(logits[:, -targets - 1:-1].double(), -1)
     return -logp.gather(-1, ids[:, -targets:, None]).squeeze(-1)
 
