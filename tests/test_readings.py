@@ -202,3 +202,23 @@ def test_ties_at_the_top_n_boundary_follow_the_book_rule():
     ref = sum(float((boundary[i] * x[i] - s).norm()) for i in out)
     got = R.row_statistics(boundary[None], x, [3], samples=0, expectations=())["scaled"]["true"]
     assert float(got[0, 0]) == pytest.approx(ref, rel=1e-12)
+
+
+@pytest.mark.parametrize("dim", [5, R.CONTEXT_MATMUL_MIN_DIM])
+def test_context_vectors_at_the_grid_equal_the_cumulative_sum(dim):
+    """Both ways of forming s_N (segment sums; one product for wide vectors) give the prefix sums
+    of the weighted vectors in the ordering, including keys of zero weight beyond a row's end."""
+    gen = torch.Generator().manual_seed(dim)
+    b, r, L = 2, 3, 40
+    w = torch.rand(b, r, L, dtype=torch.float64, generator=gen)
+    w[:, 0, 30:] = 0.0                                              # a row with 30 visible keys
+    x = torch.randn(b, L, dim, dtype=torch.float64, generator=gen)
+    order = torch.argsort(torch.rand(b, r, L, generator=gen), dim=-1)[..., :35]
+    grid = torch.tensor([1, 2, 7, 20, 35])
+    rank = R._order_ranks(order, L)
+    got = R._ordered_context(w, x, order, rank, grid)
+    wk = torch.gather(w, -1, order)
+    xk = x[torch.arange(b)[:, None, None], order] * wk[..., None]
+    expected = torch.cumsum(xk, dim=2)[:, :, grid - 1]
+    assert got.shape == (b, r, grid.numel(), dim)
+    assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)

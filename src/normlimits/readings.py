@@ -44,8 +44,9 @@ every statistic. Causal rows at positions ``t <= N - 1`` are such rows.
 :mod:`normlimits.token_means` runs the paper's protocol (token-means over every query position of
 a window) on top of this module.
 
-Cost: per row and ordering (the top-N one and each Monte Carlo draw) one gather and cumulative
-sum for the context vectors (``N_max d``), one matmul ``x @ S^T`` of ``L d n`` and a few
+Cost: per row and ordering (the top-N one and each Monte Carlo draw) the context vectors at the
+grid's N (segment sums of the ``N_max`` gathered vectors, ``N_max d``, or for wide vectors one
+product ``n L d``), one matmul ``x @ S^T`` of ``L d n`` and a few
 elementwise passes over ``[L, n]`` (with ``mc_keys``, ``mc_keys`` keys instead of ``L`` for the
 draws); rows are processed in chunks of
 ``chunk_elements`` floats. Shapes: weights ``[..., R, L]`` (zero beyond each row's visible keys),
@@ -199,14 +200,31 @@ def _order_ranks(order: Tensor, length: int) -> Tensor:
     return rank.scatter_(-1, order, torch.arange(k).expand_as(order))
 
 
-def _ordered_context(w: Tensor, x: Tensor, order: Tensor, grid: Tensor) -> Tensor:
+#: from this vector dimension on, the context vectors are one matrix product over the keys
+#: (:func:`_ordered_context`); below it, segment sums of the gathered vectors are cheaper
+CONTEXT_MATMUL_MIN_DIM = 256
+
+
+def _ordered_context(w: Tensor, x: Tensor, order: Tensor, rank: Tensor, grid: Tensor) -> Tensor:
     """Context vectors ``s_N`` [b, r, n, d] of the first N keys of ``order`` [b, r, k] (k >= max
-    N), for every N of the sorted ``grid``: one gather and one cumulative sum over the k keys.
-    w [b, r, L], x [b, L, d]."""
-    b = w.shape[0]
+    N), for every N of the sorted ``grid``. w [b, r, L], x [b, L, d]; ``rank`` [b, r, L] each key's
+    place in ``order`` (:func:`_order_ranks`).
+
+    Only the n prefix sums are formed, never the k partial ones: for wide vectors (d >=
+    :data:`CONTEXT_MATMUL_MIN_DIM`, e.g. hidden states) as one batched product of the weights cut
+    to each prefix ``[r n, L]`` with ``x``; otherwise the weighted vectors of the k keys are
+    gathered once and summed between consecutive N of the grid, then accumulated over the grid.
+    """
+    b, r, L = w.shape
+    n = grid.numel()
+    if x.shape[-1] >= CONTEXT_MATMUL_MIN_DIM:
+        cut = w[:, :, None, :] * (rank[:, :, None, :] < grid[:, None])      # [b, r, n, L]
+        return torch.bmm(cut.view(b, r * n, L), x).view(b, r, n, -1)
     wk = torch.gather(w, -1, order)                                           # [b, r, k]
-    xk = x[torch.arange(b)[:, None, None], order]                             # [b, r, k, d]
-    return torch.cumsum(xk.mul_(wk[..., None]), dim=2)[:, :, grid - 1]
+    xk = x[torch.arange(b)[:, None, None], order].mul_(wk[..., None])         # [b, r, k, d]
+    bounds = [0] + grid.tolist()
+    parts = [xk[:, :, lo:hi].sum(2) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return torch.stack(parts, 2).cumsum_(2)
 
 
 def _family_distances(x: Tensor, x2: Tensor, w_t: Tensor, y2: Tensor, s: Tensor,
@@ -303,7 +321,7 @@ def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, wanted, generator, to
     n_max = int(grid.max())
     _, order = top_n(torch.where(visible, w, torch.full_like(w, -1.0)), n_max)   # book's ties
     rank = _order_ranks(order, L)
-    s = _ordered_context(w, x, order, grid)
+    s = _ordered_context(w, x, order, rank, grid)
     if family:
         outside = (torch.where(visible, rank, -1).transpose(1, 2)[..., None] >= grid)
         for f, v in _family_distances(x, x2, w_t, y2, s, outside, family).items():
@@ -318,7 +336,7 @@ def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, wanted, generator, to
             order = torch.topk(torch.where(visible, u, torch.full_like(u, 2.0)), n_max,
                                largest=False).indices         # a uniform random ordered prefix
             rank = _order_ranks(order, L)
-            s = _ordered_context(w, x, order, grid)
+            s = _ordered_context(w, x, order, rank, grid)
             if not family:
                 vals = {}
             elif mc_keys is None:

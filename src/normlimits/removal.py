@@ -81,6 +81,8 @@ def keep_top_n(weights: Tensor, n: Tensor | int) -> Tensor:
         n = n.expand(weights.shape[0])
     if n.shape[0] != weights.shape[0]:
         raise ValueError(f"one N per batch element: got {n.shape[0]} values for batch {weights.shape[0]}")
+    if weights.shape[0] and bool((n == n[0]).all()):
+        return _top_mask(weights, int(n[0]))
     out = torch.ones_like(weights, dtype=torch.bool)
     for b in range(weights.shape[0]):
         out[b] = _top_mask(weights[b], int(n[b]))
