@@ -50,7 +50,11 @@ CALIBRATION: tuple[BuildRecord, BuildRecord] = (
                           "vanishing": 6.5},
                 note="strict build with NORMLIMITS_MODEL=gpt2-random from an empty execution cache, "
                      "2026-12-01 (1521 s wall; the alternatives chapter's removal sweep alone 411 s); "
-                     "bench loop 57.0 s"),
+                     "bench loop 57.0 s. Changed since, not re-measured at this size: the alternatives "
+                     "chapter's removal runs on all 8 windows (was 2; about 4x its forward passes, "
+                     "each cut faster) and its critical N samples 16 positions per octave; the "
+                     "distances chapter's context vectors are formed at the grid's N only (its "
+                     "hidden-state study 49 -> 27 s per window)"),
 )
 
 
