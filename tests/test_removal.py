@@ -189,3 +189,17 @@ def test_claim_values_from_a_known_result():
     assert topk["sqrt_loss"] == 0.01
     none = R.claim_values(res, {L: None for L in lengths}, 0.05, lambda L: math.isqrt(L - 1) + 1, "x")
     assert none["ALT-REM-predict"][0]["log_ratio"] is None and none["ALT-REM-predict"][2]
+
+
+def test_exponent_on_the_power_of_two_lattice_is_exact():
+    lengths = [128, 256, 512, 1024]
+    grids = {L: R.n_grid_for(L) for L in lengths}
+
+    def needing(L, n):                                   # N* = n exactly at tau = 0.05
+        return [0.5 if m < n else 0.0 for m in grids[L]]
+
+    res = R.RemovalResult(lengths=lengths, grids=grids,
+                          increase={"delete": {L: needing(L, n) for L, n in zip(lengths, [4, 8, 16, 4])}},
+                          increase_se={}, output_change={}, full_nll={}, targets=8, windows=1)
+    assert res.n_star(0.05) == [4, 8, 16, 4]
+    assert res.exponent(0.05) == 0.1                     # the threshold of ALT-REM-size's "grows"

@@ -309,8 +309,13 @@ class RemovalResult:
         return [n / L for n, L in zip(self.n_star(tau, mode), self.lengths)]
 
     def exponent(self, tau: float, mode: str = "delete") -> float:
-        """Fitted exponent e of ``N*_tau ~ L^e`` over the lengths."""
-        return float(loglog_fit(self.lengths, self.n_star(tau, mode)).exponent)
+        """Fitted exponent e of ``N*_tau ~ L^e`` over the lengths, rounded to 12 decimals.
+
+        With N* on a power-of-two grid and L = 128..1024 the least-squares slope takes values on
+        a lattice (multiples of 0.1 for four lengths), and a rule's threshold may sit on it: the
+        rounding makes ``>=`` at such a point a property of N*, not of floating-point error
+        (unrounded, N* = 4, 8, 16, 4 gives 0.10000000000000005)."""
+        return round(float(loglog_fit(self.lengths, self.n_star(tau, mode)).exponent), 12)
 
     def increase_at(self, n_of_length, mode: str = "renormalise") -> list[float]:
         """The loss increase at ``N = n_of_length(L)`` (a size on each length's grid) per length."""
