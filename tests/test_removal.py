@@ -151,6 +151,14 @@ def test_removal_sweep_on_a_tiny_model(tiny_loaded):
             assert len(res.output_change[mode][L]) == len(res.grids[L])
     n_star = res.n_star(0.05)
     assert all(1 <= n <= L for n, L in zip(n_star, res.lengths))
+    for mode in ("delete", "renormalise"):     # the pooled increase is the mean of the windows'
+        for L in res.lengths:
+            per = np.array(res.increase_by_window[mode][L])
+            assert per.shape == (len(res.grids[L]), 2)
+            assert np.allclose(per.mean(1), res.increase[mode][L], atol=1e-12)
+    alone = res.window_n_star(0.05)
+    assert len(alone) == 2 and all(len(n) == 2 for n in alone)
+    assert len(res.window_exponents(0.05, "renormalise")) == 2
     assert res.fraction(0.05) == [n / L for n, L in zip(n_star, res.lengths)]
     assert len(res.increase_at(lambda L: 5)) == 2
     with pytest.raises(ValueError, match="targets"):
@@ -203,3 +211,24 @@ def test_exponent_on_the_power_of_two_lattice_is_exact():
                           increase_se={}, output_change={}, full_nll={}, targets=8, windows=1)
     assert res.n_star(0.05) == [4, 8, 16, 4]
     assert res.exponent(0.05) == 0.1                     # the threshold of ALT-REM-size's "grows"
+
+
+def test_window_n_star_reads_each_window_alone():
+    lengths = [128, 256]
+    grids = {L: R.n_grid_for(L) for L in lengths}
+    # window 0 needs N = 4 at both lengths, window 1 needs N = 16 and 64
+    by_window = {"delete": {L: [[0.5 if n < a else 0.0, 0.5 if n < b else 0.0] for n in grids[L]]
+                            for L, a, b in ((128, 4, 16), (256, 4, 64))}}
+    increase = {"delete": {L: [sum(r) / 2 for r in by_window["delete"][L]] for L in lengths}}
+    res = R.RemovalResult(lengths=lengths, grids=grids, increase=increase, increase_se={},
+                          output_change={}, full_nll={}, targets=8, windows=2,
+                          increase_by_window=by_window)
+    assert res.window_n_star(0.05) == [[4, 4], [16, 64]]
+    assert res.window_exponents(0.05) == [0.0, 2.0]
+    assert res.n_star(0.05) == [16, 64]                    # the pooled mean needs both windows
+    assert res.subset_n_star(0.05, "delete", [0, 1]) == res.n_star(0.05)
+    assert res.subset_exponent(0.05, "delete", [1]) == 2.0
+    with pytest.raises(ValueError, match="subset"):
+        res.subset_n_star(0.05, "delete", [2])
+    with pytest.raises(ValueError, match="per-window"):
+        res.window_n_star(0.05, "renormalise")

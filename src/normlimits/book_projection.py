@@ -38,23 +38,20 @@ class BuildRecord:
 #: The two builds the projection is fitted on (2 idle cores, 8 windows, the development machine;
 #: chapter seconds less one-time training).
 CALIBRATION: tuple[BuildRecord, BuildRecord] = (
-    BuildRecord("standin", bench_seconds=6.2,
-                chapters={"alternatives": 56.8, "architectures": 63.0, "cost": 10.6, "distances": 22.2,
-                          "gradients": 10.9, "separability": 18.1, "setup": 2.9, "standin": 0.0,
+    BuildRecord("standin", bench_seconds=6.0,
+                chapters={"alternatives": 84.9, "architectures": 45.0, "cost": 10.3, "distances": 19.7,
+                          "gradients": 12.2, "separability": 18.4, "setup": 2.9, "standin": 2.7,
                           "vanishing": 4.3},
-                note="clean-clone CI build of 2026-12-01 (commit 3b0cb3e); the architectures chapter, "
-                     "not yet in the book then, executed alone the same day (63 s); bench loop 6.2 s"),
-    BuildRecord("gpt2-random", bench_seconds=57.0,
-                chapters={"alternatives": 731.9, "architectures": 55.7, "cost": 74.0, "distances": 340.8,
-                          "gradients": 44.0, "separability": 156.7, "setup": 3.4, "standin": 3.1,
-                          "vanishing": 6.5},
+                note="clean-clone CI build of 2026-12-01 (commit bd3137e: the removal experiment on "
+                     "8 windows); bench loop on the stand-in 6.0 s"),
+    BuildRecord("gpt2-random", bench_seconds=55.2,
+                chapters={"alternatives": 1223.8, "architectures": 47.3, "cost": 60.3, "distances": 211.7,
+                          "gradients": 38.9, "separability": 142.5, "setup": 3.2, "standin": 2.9,
+                          "vanishing": 6.1},
                 note="strict build with NORMLIMITS_MODEL=gpt2-random from an empty execution cache, "
-                     "2026-12-01 (1521 s wall; the alternatives chapter's removal sweep alone 411 s); "
-                     "bench loop 57.0 s. Changed since, not re-measured at this size: the alternatives "
-                     "chapter's removal runs on all 8 windows (was 2; about 4x its forward passes, "
-                     "each cut faster) and its critical N samples 16 positions per octave; the "
-                     "distances chapter's context vectors are formed at the grid's N only (its "
-                     "hidden-state study 49 -> 27 s per window)"),
+                     "2026-12-01 (commit 397e7e5; 1832 s wall; the alternatives chapter's removal "
+                     "experiment alone 1041.5 s on 8 windows, its 14-normaliser yardsticks 91.1 s); "
+                     "bench loop 55.2 s"),
 )
 
 

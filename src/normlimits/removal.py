@@ -299,6 +299,8 @@ class RemovalResult:
     windows: int
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
+    #: per mode and length, the loss increase of each window alone: ``[n][W]`` (mean over its targets)
+    increase_by_window: dict = field(default_factory=dict)
 
     def n_star(self, tau: float, mode: str = "delete") -> list[int]:
         """``N*_tau`` per length."""
@@ -316,6 +318,34 @@ class RemovalResult:
         rounding makes ``>=`` at such a point a property of N*, not of floating-point error
         (unrounded, N* = 4, 8, 16, 4 gives 0.10000000000000005)."""
         return round(float(loglog_fit(self.lengths, self.n_star(tau, mode)).exponent), 12)
+
+    def subset_increase(self, mode: str, windows: Sequence[int]) -> dict:
+        """The loss increase per length from the given windows alone (mean over them and their
+        targets; every window has the same targets): ``{L: [n]}`` (needs ``increase_by_window``)."""
+        by_window = self.increase_by_window.get(mode)
+        if not by_window:
+            raise ValueError(f"no per-window increases for mode {mode!r}; run removal_sweep")
+        windows = list(windows)
+        if not windows or min(windows) < 0 or max(windows) >= self.windows:
+            raise ValueError(f"windows must be a non-empty subset of 0..{self.windows - 1} (got {windows})")
+        return {L: [float(np.mean([row[w] for w in windows])) for row in by_window[L]] for L in self.lengths}
+
+    def subset_n_star(self, tau: float, mode: str, windows: Sequence[int]) -> list[int]:
+        """``N*_tau`` per length from the given windows alone."""
+        inc = self.subset_increase(mode, windows)
+        return [effective_set_size(self.grids[L], inc[L], tau) for L in self.lengths]
+
+    def subset_exponent(self, tau: float, mode: str, windows: Sequence[int]) -> float:
+        """The fitted exponent of :meth:`subset_n_star` against L (rounded as :meth:`exponent`)."""
+        return round(float(loglog_fit(self.lengths, self.subset_n_star(tau, mode, windows)).exponent), 12)
+
+    def window_n_star(self, tau: float, mode: str = "delete") -> list[list[int]]:
+        """``N*_tau`` per length from each window alone: ``[W][m]``."""
+        return [self.subset_n_star(tau, mode, [w]) for w in range(self.windows)]
+
+    def window_exponents(self, tau: float, mode: str = "delete") -> list[float]:
+        """The fitted exponent of ``N*_tau`` against L from each window alone, [W]."""
+        return [self.subset_exponent(tau, mode, [w]) for w in range(self.windows)]
 
     def increase_at(self, n_of_length, mode: str = "renormalise") -> list[float]:
         """The loss increase at ``N = n_of_length(L)`` (a size on each length's grid) per length."""
@@ -352,6 +382,7 @@ def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: i
     grids, increase, se, change, full = {}, {m: {} for m in modes}, {m: {} for m in modes}, \
         {m: {} for m in modes}, {}
     count = windows.shape[0]
+    by_window = {m: {} for m in modes}
     for L in lengths:
         grid = n_grid_for(L, extra_sizes(L) if extra_sizes else ())
         grids[L] = grid
@@ -369,6 +400,7 @@ def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: i
                 part = removal_nll(model, rows_ids, targets, ns, renorm)
                 for (w, n), values in zip(chunk, part):
                     nll[grid.index(n), w] = values
+            by_window[mode][L] = (nll - base[None]).mean(-1).tolist()            # [n][W]
             diff = (nll - base[None]).reshape(len(grid), -1)                     # [n, W*K]
             increase[mode][L] = diff.mean(-1).tolist()
             se[mode][L] = (diff.std(-1) / math.sqrt(diff.shape[-1])).tolist()
@@ -378,7 +410,7 @@ def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: i
                 change[mode][L] = per.mean((0, 1)).tolist()
     return RemovalResult(lengths=lengths, grids=grids, increase=increase, increase_se=se,
                          output_change=change, full_nll=full, targets=targets, windows=count,
-                         seconds=time.perf_counter() - start)
+                         seconds=time.perf_counter() - start, increase_by_window=by_window)
 
 
 def claim_values(removal: RemovalResult, critical: dict, tau: float, sqrt_size, protocol: str) -> dict:
