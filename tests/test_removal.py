@@ -156,9 +156,13 @@ def test_removal_sweep_on_a_tiny_model(tiny_loaded):
             per = np.array(res.increase_by_window[mode][L])
             assert per.shape == (len(res.grids[L]), 2)
             assert np.allclose(per.mean(1), res.increase[mode][L], atol=1e-12)
-    alone = res.window_n_star(0.05)
-    assert len(alone) == 2 and all(len(n) == 2 for n in alone)
-    assert len(res.window_exponents(0.05, "renormalise")) == 2
+    alone = [res.for_windows([w]) for w in range(2)]
+    assert all(a.windows == 1 and len(a.n_star(0.05)) == 2 for a in alone)
+    assert all(isinstance(a.exponent(0.05, "renormalise"), float) for a in alone)
+    both = res.for_windows([0, 1])
+    for mode in ("delete", "renormalise"):
+        for L in res.lengths:
+            assert np.allclose(both.increase[mode][L], res.increase[mode][L], atol=1e-12)
     assert res.fraction(0.05) == [n / L for n, L in zip(n_star, res.lengths)]
     assert len(res.increase_at(lambda L: 5)) == 2
     with pytest.raises(ValueError, match="targets"):
@@ -213,7 +217,7 @@ def test_exponent_on_the_power_of_two_lattice_is_exact():
     assert res.exponent(0.05) == 0.1                     # the threshold of ALT-REM-size's "grows"
 
 
-def test_window_n_star_reads_each_window_alone():
+def test_for_windows_reads_the_given_windows_alone():
     lengths = [128, 256]
     grids = {L: R.n_grid_for(L) for L in lengths}
     # window 0 needs N = 4 at both lengths, window 1 needs N = 16 and 64
@@ -223,12 +227,14 @@ def test_window_n_star_reads_each_window_alone():
     res = R.RemovalResult(lengths=lengths, grids=grids, increase=increase, increase_se={},
                           output_change={}, full_nll={}, targets=8, windows=2,
                           increase_by_window=by_window)
-    assert res.window_n_star(0.05) == [[4, 4], [16, 64]]
-    assert res.window_exponents(0.05) == [0.0, 2.0]
+    assert [res.for_windows([w]).n_star(0.05) for w in range(2)] == [[4, 4], [16, 64]]
+    assert [res.for_windows([w]).exponent(0.05) for w in range(2)] == [0.0, 2.0]
     assert res.n_star(0.05) == [16, 64]                    # the pooled mean needs both windows
-    assert res.subset_n_star(0.05, "delete", [0, 1]) == res.n_star(0.05)
-    assert res.subset_exponent(0.05, "delete", [1]) == 2.0
+    assert res.for_windows([0, 1]).n_star(0.05) == res.n_star(0.05)
+    assert res.for_windows([1]).windows == 1 and res.for_windows([1]).increase_by_window["delete"][128][0] == [0.5]
     with pytest.raises(ValueError, match="subset"):
-        res.subset_n_star(0.05, "delete", [2])
+        res.for_windows([2])
+    bare = R.RemovalResult(lengths=lengths, grids=grids, increase=increase, increase_se={},
+                           output_change={}, full_nll={}, targets=8, windows=2)
     with pytest.raises(ValueError, match="per-window"):
-        res.window_n_star(0.05, "renormalise")
+        bare.for_windows([0])

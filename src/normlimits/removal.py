@@ -74,19 +74,26 @@ def keep_top_n(weights: Tensor, n: Tensor | int) -> Tensor:
     exactly ``n``; a row with at most ``n`` positive entries keeps every entry (its zeros carry no
     weight). Returns a bool tensor shaped like ``weights``.
     """
-    n = torch.as_tensor(n, dtype=torch.long, device=weights.device)
-    if bool((n < 1).any()):
-        raise ValueError(f"N must be >= 1 (got {n.tolist()})")
-    if n.dim() == 0:
-        n = n.expand(weights.shape[0])
-    if n.shape[0] != weights.shape[0]:
-        raise ValueError(f"one N per batch element: got {n.shape[0]} values for batch {weights.shape[0]}")
+    n = _per_batch(n, weights.shape[0], weights.device)
     if weights.shape[0] and bool((n == n[0]).all()):
         return _top_mask(weights, int(n[0]))
     out = torch.ones_like(weights, dtype=torch.bool)
     for b in range(weights.shape[0]):
         out[b] = _top_mask(weights[b], int(n[b]))
     return out
+
+
+def _per_batch(n: Tensor | int, batch: int, device) -> Tensor:
+    """``n`` (an int, a one-element tensor or one N per batch element) as a LongTensor [batch];
+    ValueError unless every N >= 1 and there is one per batch element."""
+    n = torch.as_tensor(n, dtype=torch.long, device=device).reshape(-1)
+    if bool((n < 1).any()):
+        raise ValueError(f"N must be >= 1 (got {n.tolist()})")
+    if n.numel() == 1:
+        n = n.expand(batch)
+    if n.shape[0] != batch:
+        raise ValueError(f"one N per batch element: got {n.shape[0]} values for batch {batch}")
+    return n
 
 
 def _top_mask(weights: Tensor, k: int) -> Tensor:
@@ -165,11 +172,7 @@ def _top_n_forward(module, query, key, value, attention_mask, scaling=None, drop
         scores = scores + attention_mask
     weights = torch.softmax(scores, dim=-1)
     if _SETTING.n is not None:
-        n = _SETTING.n.to(weights.device)
-        if n.numel() == 1:
-            n = n.expand(weights.shape[0])
-        if bool((n < 1).any()) or n.shape[0] != weights.shape[0]:
-            raise ValueError(f"one N >= 1 per batch element: got {n.tolist()} for batch {weights.shape[0]}")
+        n = _per_batch(_SETTING.n, weights.shape[0], weights.device)
         _cut_rows(weights, n, getattr(module, "is_causal", True))
         if _SETTING.renormalise:
             weights = weights / weights.sum(-1, keepdim=True)
@@ -319,33 +322,23 @@ class RemovalResult:
         (unrounded, N* = 4, 8, 16, 4 gives 0.10000000000000005)."""
         return round(float(loglog_fit(self.lengths, self.n_star(tau, mode)).exponent), 12)
 
-    def subset_increase(self, mode: str, windows: Sequence[int]) -> dict:
-        """The loss increase per length from the given windows alone (mean over them and their
-        targets; every window has the same targets): ``{L: [n]}`` (needs ``increase_by_window``)."""
-        by_window = self.increase_by_window.get(mode)
-        if not by_window:
-            raise ValueError(f"no per-window increases for mode {mode!r}; run removal_sweep")
+    def for_windows(self, windows: Sequence[int]) -> "RemovalResult":
+        """The experiment as the given windows alone would have measured it (from
+        ``increase_by_window``: every window has the same targets, so the mean increase is the
+        mean of the windows' own). Its ``increase_se``, ``output_change`` and ``full_nll`` are
+        left empty (they are not kept per window)."""
         windows = list(windows)
+        if not self.increase_by_window:
+            raise ValueError("no per-window increases were kept; run removal_sweep")
         if not windows or min(windows) < 0 or max(windows) >= self.windows:
             raise ValueError(f"windows must be a non-empty subset of 0..{self.windows - 1} (got {windows})")
-        return {L: [float(np.mean([row[w] for w in windows])) for row in by_window[L]] for L in self.lengths}
-
-    def subset_n_star(self, tau: float, mode: str, windows: Sequence[int]) -> list[int]:
-        """``N*_tau`` per length from the given windows alone."""
-        inc = self.subset_increase(mode, windows)
-        return [effective_set_size(self.grids[L], inc[L], tau) for L in self.lengths]
-
-    def subset_exponent(self, tau: float, mode: str, windows: Sequence[int]) -> float:
-        """The fitted exponent of :meth:`subset_n_star` against L (rounded as :meth:`exponent`)."""
-        return round(float(loglog_fit(self.lengths, self.subset_n_star(tau, mode, windows)).exponent), 12)
-
-    def window_n_star(self, tau: float, mode: str = "delete") -> list[list[int]]:
-        """``N*_tau`` per length from each window alone: ``[W][m]``."""
-        return [self.subset_n_star(tau, mode, [w]) for w in range(self.windows)]
-
-    def window_exponents(self, tau: float, mode: str = "delete") -> list[float]:
-        """The fitted exponent of ``N*_tau`` against L from each window alone, [W]."""
-        return [self.subset_exponent(tau, mode, [w]) for w in range(self.windows)]
+        by_window = {mode: {L: [[row[w] for w in windows] for row in rows] for L, rows in per_length.items()}
+                     for mode, per_length in self.increase_by_window.items()}
+        increase = {mode: {L: [float(np.mean(row)) for row in rows] for L, rows in per_length.items()}
+                    for mode, per_length in by_window.items()}
+        return RemovalResult(lengths=self.lengths, grids=self.grids, increase=increase, increase_se={},
+                             output_change={}, full_nll={}, targets=self.targets, windows=len(windows),
+                             increase_by_window=by_window)
 
     def increase_at(self, n_of_length, mode: str = "renormalise") -> list[float]:
         """The loss increase at ``N = n_of_length(L)`` (a size on each length's grid) per length."""
@@ -400,8 +393,9 @@ def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: i
                 part = removal_nll(model, rows_ids, targets, ns, renorm)
                 for (w, n), values in zip(chunk, part):
                     nll[grid.index(n), w] = values
-            by_window[mode][L] = (nll - base[None]).mean(-1).tolist()            # [n][W]
-            diff = (nll - base[None]).reshape(len(grid), -1)                     # [n, W*K]
+            diff = nll - base[None]                                              # [n, W, K]
+            by_window[mode][L] = diff.mean(-1).tolist()                          # [n][W]
+            diff = diff.reshape(len(grid), -1)                                   # [n, W*K]
             increase[mode][L] = diff.mean(-1).tolist()
             se[mode][L] = (diff.std(-1) / math.sqrt(diff.shape[-1])).tolist()
             if captures is not None:
