@@ -47,9 +47,41 @@ def test_keep_top_n_matches_the_selection_rule_with_ties_and_causal_zeros(k):
     positive = (kept > 0).sum(-1)
     assert torch.equal(positive, torch.clamp(causal.sum(-1), max=k).expand_as(positive))
     # the attention's in-place cut, which skips the causal rows q < N, keeps the same weights
-    cut = R._cut_rows(w.clone(), torch.full((3,), k), causal=True)
+    cut = R._cut_rows(w.clone(), torch.full((3,), k), first_row=0)
     assert torch.equal(cut, kept)
-    assert torch.equal(R._cut_rows(w.clone(), torch.full((3,), k), causal=False), kept)
+    assert torch.equal(R._cut_rows(w.clone(), torch.full((3,), k), first_row=None), kept)
+    # a block of rows 10..23 of the same attention (as the blocked attention cuts it)
+    assert torch.equal(R._cut_rows(w[:, :, 10:].clone(), torch.full((3,), k), first_row=10), kept[:, :, 10:])
+
+
+def _unblocked_top_n(query, key, value, mask, n, renormalise):
+    """The cut attention computed on the whole [B, H, L, L] at once (the previous implementation)."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * query.shape[-1] ** -0.5 + mask
+    w = torch.softmax(scores, -1)
+    w = torch.where(R.keep_top_n(w, n), w, torch.zeros_like(w))
+    if renormalise:
+        w = w / w.sum(-1, keepdim=True)
+    return torch.matmul(w, value).transpose(1, 2)
+
+
+@pytest.mark.parametrize("block", [5, 64, 100, 256])
+@pytest.mark.parametrize("renormalise", [False, True])
+def test_blocked_attention_is_bit_for_bit_the_unblocked_one(monkeypatch, block, renormalise):
+    """Row blocks, keys cut at each block's last row for the scores: the same numbers exactly."""
+    gen = torch.Generator().manual_seed(block)
+    q, k, v = (torch.randn(3, 2, 200, 8, generator=gen) for _ in range(3))
+    q[1] = torch.randint(0, 3, q[1].shape, generator=gen).float()      # exact ties in the scores
+    mask = torch.full((200, 200), torch.finfo(torch.float32).min).triu(1)[None, None].expand(3, 1, 200, 200)
+    n = torch.tensor([1, 4, 150])
+    monkeypatch.setattr(R, "ATTENTION_ROW_BLOCK", block)
+    module = torch.nn.Module()
+    module.is_causal = True
+    monkeypatch.setattr(R, "_SETTING", R._Setting(n=n, renormalise=renormalise))
+    out, weights = R._top_n_forward(module, q, k, v, mask)
+    assert weights is None
+    assert torch.equal(out, _unblocked_top_n(q, k, v, mask, n, renormalise))
+    module.is_causal = False                                # no cut of the keys: every row whole
+    assert torch.equal(R._top_n_forward(module, q, k, v, mask)[0], out)
 
 
 def _ids(tiny_loaded, length=48, rows=3):
@@ -137,10 +169,30 @@ def test_output_change_is_zero_at_full_n_and_falls_with_n(tiny_loaded):
         assert bool((change[:, 0] > change[:, -1]).all())
 
 
+@pytest.mark.parametrize("renormalise", [False, True])
+def test_output_change_matches_the_definition_layer_by_layer(tiny_loaded, renormalise):
+    """Rows 20..29 of a 48-token window (their keys stop at 30): every layer by hand, all keys."""
+    cap = capture_window(tiny_loaded, _ids(tiny_loaded, rows=1)[0])
+    w_out = [b.attn.c_proj.weight.detach().double() for b in tiny_loaded.model.transformer.h]
+    rows, grid = torch.arange(20, 30), [1, 3, 8, 30]
+    got = R.output_change(cap, w_out, rows, grid, renormalise)
+    w = torch.softmax(cap.logits(rows).double(), -1)                    # [layers, H, R, 48]
+    v = cap.values.double()
+    for layer, w_o in enumerate(w_out):
+        full = (w[layer] @ v[layer]).permute(1, 0, 2).reshape(len(rows), -1) @ w_o
+        for j, n in enumerate(grid):
+            kept = torch.stack([_reference_keep(w[layer, h], n) for h in range(w.shape[1])])
+            if renormalise:
+                kept = kept / kept.sum(-1, keepdim=True)
+            delta = ((kept - w[layer]) @ v[layer]).permute(1, 0, 2).reshape(len(rows), -1) @ w_o
+            expected = (delta.norm(dim=-1) / full.norm(dim=-1)).mean()
+            assert torch.allclose(got[layer, j], expected, rtol=1e-10, atol=1e-14)
+
+
 def test_removal_sweep_on_a_tiny_model(tiny_loaded):
     windows = _ids(tiny_loaded, length=64, rows=2)
     caps = [capture_window(tiny_loaded, w) for w in windows]
-    res = R.removal_sweep(tiny_loaded, windows, [32, 64], targets=8, batch=5,
+    res = R.removal_sweep(tiny_loaded, windows, [32, 64], targets=8, batch_tokens=5 * 32,
                           extra_sizes=lambda L: [5], captures=caps)
     assert res.lengths == [32, 64] and res.windows == 2
     for L in res.lengths:
