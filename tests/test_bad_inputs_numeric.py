@@ -102,3 +102,20 @@ def test_a_perturbation_lost_to_rounding_is_refused(epsilon):
     with pytest.raises(ValueError, match="float64 rounding"):
         check_epsilon(epsilon)
     assert check_epsilon(1e-3) == 1e-3
+
+
+def test_all_finite_decides_every_case_of_the_fast_sum():
+    from normlimits.validation import all_finite
+
+    big = torch.finfo(torch.float32).max
+    assert all_finite(torch.randn(4, 5))
+    assert all_finite(torch.tensor([big, big]))                   # the sum overflows; every entry is finite
+    assert all_finite(torch.tensor([60000.0, 60000.0], dtype=torch.float16))
+    assert all_finite(torch.empty(0)) and all_finite(torch.arange(5))
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        for dtype in (torch.float32, torch.float64, torch.float16):
+            x = torch.zeros(3, 7, dtype=dtype)
+            x[2, 6] = bad
+            assert not all_finite(x)
+    assert not all_finite(torch.tensor([float("inf"), float("-inf")]))   # the sum is NaN
+    assert not all_finite(torch.tensor([big, float("nan")]))

@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from .validation import attention_logits
+from .validation import attention_logits, check_row_maxima
 
 __all__ = [
     "check_temperature",
@@ -105,11 +105,13 @@ def softmax_with_temperature(logits: Tensor, dim: int = -1, temperature: float =
     ``-inf``; NaN or ``+inf`` logits are refused.
     """
     t = check_temperature(temperature)
-    visible_mask(logits, dim)
-    shifted = logits - logits.amax(dim=dim, keepdim=True)
-    # the row maximum stays 0 even where T underflows the dtype (1e-50 is 0 in float32: 0/0)
-    scaled = torch.where(shifted == 0, torch.zeros_like(shifted), shifted / t)
-    return torch.softmax(scaled, dim=dim)
+    row_max = logits.amax(dim=dim, keepdim=True)
+    check_row_maxima(row_max)                 # the checks of visible_mask, from the maxima
+    shifted = logits - row_max
+    if t != 1.0:   # (at T = 1 the division is exact and changes nothing)
+        # the row maximum stays 0 even where T underflows the dtype (1e-50 is 0 in float32: 0/0)
+        shifted = torch.where(shifted == 0, torch.zeros_like(shifted), shifted / t)
+    return torch.softmax(shifted, dim=dim)
 
 
 def general_normalizer(logits: Tensor, positive_map: Callable[[Tensor], Tensor],
