@@ -44,14 +44,14 @@ CALIBRATION: tuple[BuildRecord, BuildRecord] = (
                           "vanishing": 4.3},
                 note="clean-clone CI build of 2026-12-01 (commit bd3137e: the removal experiment on "
                      "8 windows); bench loop on the stand-in 6.0 s"),
-    BuildRecord("gpt2-random", bench_seconds=55.2,
-                chapters={"alternatives": 1223.8, "architectures": 47.3, "cost": 60.3, "distances": 211.7,
-                          "gradients": 38.9, "separability": 142.5, "setup": 3.2, "standin": 2.9,
-                          "vanishing": 6.1},
+    BuildRecord("gpt2-random", bench_seconds=52.4,
+                chapters={"alternatives": 850.7, "architectures": 46.8, "cost": 63.0, "distances": 199.5,
+                          "gradients": 42.2, "separability": 133.6, "setup": 3.2, "standin": 2.9,
+                          "vanishing": 6.0},
                 note="strict build with NORMLIMITS_MODEL=gpt2-random from an empty execution cache, "
-                     "2026-12-01 (commit 397e7e5; 1832 s wall; the alternatives chapter's removal "
-                     "experiment alone 1041.5 s on 8 windows, its 14-normaliser yardsticks 91.1 s); "
-                     "bench loop 55.2 s"),
+                     "2026-12-01 (commit 121b299; 1447 s wall; the alternatives chapter's removal "
+                     "experiment alone 679.1 s on 8 windows, its 14-normaliser yardsticks 83.3 s); "
+                     "bench loop 52.4 s"),
 )
 
 

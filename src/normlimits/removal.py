@@ -181,8 +181,7 @@ def _top_n_forward(module, query, key, value, attention_mask, scaling=None, drop
     row sees, rounded up to :data:`KEY_ALIGN` (the masked keys after them add exact zeros); its
     weights are padded back to K keys for the product with the values, because a shorter
     reduction over keys would round differently. So the result is bit for bit the unblocked
-    computation's (tested). Returns
-    ``(out [B, Q, H, d], None)``: the weights are not kept.
+    computation's (tested). Returns ``(out [B, Q, H, d], None)``: the weights are not kept.
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
