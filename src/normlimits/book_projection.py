@@ -38,12 +38,12 @@ class BuildRecord:
 #: The two builds the projection is fitted on (2 idle cores, 8 windows, the development machine;
 #: chapter seconds less one-time training).
 CALIBRATION: tuple[BuildRecord, BuildRecord] = (
-    BuildRecord("standin", bench_seconds=6.0,
-                chapters={"alternatives": 84.9, "architectures": 45.0, "cost": 10.3, "distances": 19.7,
-                          "gradients": 12.2, "separability": 18.4, "setup": 2.9, "standin": 2.7,
+    BuildRecord("standin", bench_seconds=6.3,
+                chapters={"alternatives": 64.9, "architectures": 48.1, "cost": 10.7, "distances": 22.8,
+                          "gradients": 12.4, "separability": 18.2, "setup": 3.1, "standin": 2.8,
                           "vanishing": 4.3},
-                note="clean-clone CI build of 2026-12-01 (commit bd3137e: the removal experiment on "
-                     "8 windows); bench loop on the stand-in 6.0 s"),
+                note="clean-clone cold CI build of 2026-12-01 (commit 63c5f5b; gradients less its "
+                     "one-time 443.7 s of temperature runs); bench loop on the stand-in 6.3 s"),
     BuildRecord("gpt2-random", bench_seconds=52.4,
                 chapters={"alternatives": 850.7, "architectures": 46.8, "cost": 63.0, "distances": 199.5,
                           "gradients": 42.2, "separability": 133.6, "setup": 3.2, "standin": 2.9,
