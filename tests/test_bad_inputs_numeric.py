@@ -119,3 +119,19 @@ def test_all_finite_decides_every_case_of_the_fast_sum():
             assert not all_finite(x)
     assert not all_finite(torch.tensor([float("inf"), float("-inf")]))   # the sum is NaN
     assert not all_finite(torch.tensor([big, float("nan")]))
+
+
+def test_attention_logits_decides_from_the_row_maxima_at_any_rank():
+    from normlimits.validation import attention_logits
+
+    assert attention_logits(torch.tensor(1.5)) is not None            # one row of one key
+    assert attention_logits(torch.empty(0, 4)).numel() == 0
+    for bad, message in ((float("nan"), "NaN or \\+inf"), (float("inf"), "NaN or \\+inf"),
+                         (float("-inf"), "every key masked")):
+        with pytest.raises(InputError, match=message):
+            attention_logits(torch.tensor(bad))
+        rows = torch.zeros(2, 3, 5)
+        rows[1, 2] = float("-inf") if bad == float("-inf") else 0.0
+        rows[0, 1, 3] = bad if bad != float("-inf") else 0.0
+        with pytest.raises(InputError, match=message):
+            attention_logits(rows)

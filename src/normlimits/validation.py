@@ -123,7 +123,7 @@ def attention_logits(logits: Tensor, *, argument: str = "logits") -> Tensor:
     Every row along the last dimension needs at least one visible (finite) logit. Decided from
     the row maxima alone (:func:`check_row_maxima`): one reduction over the logits.
     """
-    if logits.numel() and logits.shape[-1]:
+    if logits.numel():
         check_row_maxima(logits.amax(-1), argument=argument)
     return logits
 
