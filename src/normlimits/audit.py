@@ -181,9 +181,12 @@ def model_label(loaded) -> str:
 
 
 def run_audit(loaded, windows: torch.Tensor, config: AuditConfig, *,
-              yardsticks: Sequence[str] | None = None, say=lambda message: None) -> dict:
+              yardsticks: Sequence[str] | None = None, say=lambda message: None,
+              captures=None) -> dict:
     """Run the chosen yardsticks over ``windows`` [W, L] (token ids), one forward pass per window.
 
+    ``captures``: optionally, an iterable of the windows' captures already computed (e.g. from the
+    book's capture cache), used in place of the forward passes.
     Returns ``{"measured": {name: Measured}, "timings": {...}}``.
     """
     from .bench import Lockstep
@@ -194,6 +197,11 @@ def run_audit(loaded, windows: torch.Tensor, config: AuditConfig, *,
     lockstep = Lockstep({n: (lambda caps, n=n: YARDSTICKS[n](caps, config, label)) for n in names})
 
     def produce():
+        if captures is not None:
+            for index, capture in enumerate(captures):
+                say(f"window {index + 1}/{len(windows)}: {', '.join(names)}")
+                yield _on_cpu(capture)
+            return
         for index, ids in enumerate(windows):
             say(f"window {index + 1}/{len(windows)}: forward pass and {', '.join(names)}")
             yield _on_cpu(capture_window(loaded, ids))

@@ -56,6 +56,11 @@ def byte_encode(text: str) -> list[int]:
     return list(text.encode("utf-8"))
 
 
+def byte_decode(ids: list[int]) -> str:
+    """The byte-level tokenizer's inverse (an incomplete UTF-8 sequence becomes U+FFFD)."""
+    return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+
 @dataclass
 class LoadedModel:
     """A loaded causal language model with what the book reports about it.
@@ -76,6 +81,8 @@ class LoadedModel:
     placement: Placement | None = None
     #: how the weights were stored before loading (e.g. ``Q4_1`` for a GGUF file), None if as is
     quantisation: str | None = None
+    #: token ids back to text (None where the tokenizer cannot decode)
+    decode: Callable[[list[int]], str] | None = None
 
     @property
     def config(self):
@@ -198,14 +205,15 @@ def check_supported(model: torch.nn.Module, setting: str, origin: str = MODEL_EN
                                     f"max_position_embeddings in its configuration. {remedy}")
 
 
-def _tokenizer_for(source: str, setting: str, origin: str = MODEL_ENV) -> tuple[Callable[[str], list[int]], str]:
-    """The tokenizer saved with a model: the byte marker file, else transformers' AutoTokenizer."""
+def _tokenizer_for(source: str, setting: str, origin: str = MODEL_ENV) -> tuple[Callable[[str], list[int]], str, Callable]:
+    """The tokenizer saved with a model: the byte marker file, else transformers' AutoTokenizer;
+    returns (encode, kind, decode)."""
     marker = Path(source).expanduser() / BYTE_TOKENIZER_FILE
     if Path(source).expanduser().is_dir() and marker.is_file():
         kind = json.loads(marker.read_text()).get("kind")
         if kind != "bytes":
             raise ModelError(f"{marker} names an unknown tokenizer kind {kind!r}; expected 'bytes'.")
-        return byte_encode, "bytes (UTF-8)"
+        return byte_encode, "bytes (UTF-8)", byte_decode
     from transformers import AutoTokenizer
 
     remedy = (f"Save its tokenizer beside it (tokenizer.save_pretrained) or write {BYTE_TOKENIZER_FILE} "
@@ -224,7 +232,10 @@ def _tokenizer_for(source: str, setting: str, origin: str = MODEL_ENV) -> tuple[
         raise ModelError(f"{_named(origin, setting)}: the model loaded but no tokenizer was found "
                          f"with it (the tokenizer in {source} is empty). {remedy}")
 
-    return encode, f"{type(tokenizer).__name__} (BPE)"
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    return encode, f"{type(tokenizer).__name__} (BPE)", decode
 
 
 #: weight files ``save_pretrained`` writes (one file, or an index naming shards)
@@ -352,9 +363,10 @@ def load_pretrained(source: str, setting: str | None = None, *, origin: str = MO
         model.to(where.device)
     model = _eager(model)
     check_supported(model, setting, origin)
-    encode, kind = _tokenizer_for(source, setting, origin)
+    encode, kind, decode = _tokenizer_for(source, setting, origin)
     return LoadedModel(model=model, name=setting, source=where_from, encode=encode,
-                       tokenizer_kind=kind, is_paper_model=(source == PAPER_MODEL), placement=where)
+                       tokenizer_kind=kind, is_paper_model=(source == PAPER_MODEL), placement=where,
+                       decode=decode)
 
 
 def gpt2_random(seed: int = 0, where: Placement | None = None) -> LoadedModel:
@@ -372,7 +384,8 @@ def gpt2_random(seed: int = 0, where: Placement | None = None) -> LoadedModel:
     model.to(device=where.device, dtype=where.dtype)
     return LoadedModel(model=_eager(model), name=GPT2_RANDOM,
                        source=f"random weights (seed {seed}), GPT-2 124M configuration",
-                       encode=byte_encode, tokenizer_kind="bytes (UTF-8), timing only",
+                       encode=byte_encode, decode=byte_decode,
+                       tokenizer_kind="bytes (UTF-8), timing only",
                        is_paper_model=False, placement=where,
                        notes=["Random weights: only timings and memory are meaningful, not the values."])
 
@@ -384,23 +397,31 @@ def _placed(loaded: LoadedModel, where: Placement) -> LoadedModel:
     return loaded
 
 
+def _unavailable(why: ModelError) -> str:
+    """Why GPT-2 could not be had, in a few words (the full error stays in the exception chain)."""
+    text = str(why)
+    if "HF_HUB_OFFLINE" in text or "did not answer" in text:
+        return "GPT-2 is not available here (no local copy, and the Hugging Face hub cannot be reached)"
+    return f"GPT-2 could not be loaded ({text})"
+
+
 def _offline_fallback(where: Placement, why: ModelError) -> LoadedModel:
     """What the unset model setting means when GPT-2 cannot be had: the real pretrained model
     shipped offline (SmolLM2-135M), else the stand-in; the returned model's notes say why."""
     from .gguf_models import GGUFError, load_smollm2
 
-    reason = f"GPT-2 could not be loaded ({why})"
+    reason = _unavailable(why)
     try:
         loaded = load_smollm2(setting=REAL_OFFLINE, where=where)
     except GGUFError as exc:
         from .standin import load_standin
 
         loaded = _placed(load_standin(), where)
-        loaded.notes.append(f"{MODEL_ENV} is unset, {reason} and the real offline model "
-                            f"{REAL_OFFLINE} is not available ({exc}), so the stand-in is used.")
+        loaded.notes.append(f"{MODEL_ENV} is unset, {reason}, and the real offline model "
+                            f"{REAL_OFFLINE} is not installed ({exc}), so the stand-in is used.")
         return loaded
-    loaded.notes.append(f"{MODEL_ENV} is unset and {reason}, so the real pretrained model "
-                        f"available offline, {REAL_OFFLINE}, is used.")
+    loaded.notes.append(f"{MODEL_ENV} is unset and {reason}, so the book uses the real pretrained "
+                        f"model available offline, {REAL_OFFLINE}.")
     return loaded
 
 

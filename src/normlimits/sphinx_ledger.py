@@ -27,7 +27,18 @@ from .claims import VERDICTS, Criterion
 
 logger = logging.getLogger(__name__)
 #: columns of a chapter's table and their relative widths (book/_static/ledger.css fits them)
-COLUMNS = (("id", 2), ("claim", 9), ("verdict", 3), ("rests on", 6))
+COLUMNS = (("id", 2), ("claim", 8), ("model", 3), ("verdict", 3), ("rests on", 5))
+
+
+def short_model(label: str) -> str:
+    """A row's model label without its parameter count: ``smollm2-135m (134.5M params)`` ->
+    ``smollm2-135m``; a comparison (``a against b``) keeps both names."""
+    return re.sub(r" \([^()]*params\)", "", label)
+
+
+def on_paper_model(row: dict) -> bool:
+    """Whether the row was measured on the paper's GPT-2 124M (model setting ``gpt2``)."""
+    return short_model(row["model"]).split(" ")[0] == "gpt2"
 
 
 class ledger_placeholder(nodes.General, nodes.Element):
@@ -144,15 +155,83 @@ def _chapter_table(rows: list[dict], app, fromdocname: str, chapter_doc: str | N
         claim = nodes.entry("", _paragraph(row["claim"]))
         claim.extend(_details(row))
         tr += claim
-        tr += nodes.entry("", nodes.paragraph("", "", _badge(row["verdict"])))
+        tr += nodes.entry("", nodes.paragraph(text=short_model(row["model"]), classes=["claim-model"]))
+        verdict = nodes.paragraph("", "", _badge(row["verdict"]))
+        if not on_paper_model(row):
+            verdict += nodes.inline("", " on " + short_model(row["model"]) + ", not GPT-2 124M",
+                                    classes=["verdict-model-note"])
+        tr += nodes.entry("", verdict)
         tr += nodes.entry("", _rests_on(row))
         body += tr
     group += body
     return table
 
 
+def models_by_claim(rows: list[dict]) -> tuple[list[str], dict[str, dict[str, dict]]]:
+    """The claims measured on more than one model: (models in order of first appearance, claim id
+    -> model -> row). A claim's row of its own chapter comes before the replays of other chapters
+    (the architectures chapter); comparisons between models (``a against b``) are left out."""
+    by_claim: dict[str, dict[str, dict]] = {}
+    models: list[str] = []
+    for row in sorted(rows, key=lambda r: r["chapter"] != r.get("home", r["chapter"])):
+        model = short_model(row["model"])
+        if " against " in model:
+            continue
+        by_claim.setdefault(row["id"], {}).setdefault(model, row)
+        if model not in models:
+            models.append(model)
+    shared = {cid: per for cid, per in by_claim.items() if len(per) > 1}
+    used = [m for m in models if any(m in per for per in shared.values())]
+    order = [cid for cid in dict.fromkeys(r["id"] for r in rows) if cid in shared]
+    return used, {cid: shared[cid] for cid in order}
+
+
+def _side_by_side(rows: list[dict]) -> list[nodes.Node]:
+    """One table: each claim measured on several models, its verdict and headline number on each."""
+    models, by_claim = models_by_claim(rows)
+    if not by_claim:
+        return []
+    table = nodes.table(classes=["claims-by-model"])
+    group = nodes.tgroup(cols=2 + len(models))
+    table += group
+    for width in (2, 6, *([4] * len(models))):
+        group += nodes.colspec(colwidth=width)
+    head = nodes.thead()
+    header = nodes.row()
+    for title in ("id", "claim", *models):
+        header += nodes.entry("", nodes.paragraph(text=title))
+    head += header
+    group += head
+    body = nodes.tbody()
+    for cid, per in by_claim.items():
+        tr = nodes.row()
+        first = next(iter(per.values()))
+        tr += nodes.entry("", nodes.paragraph(text=cid))
+        tr += nodes.entry("", _paragraph(first["claim"]))
+        for model in models:
+            row = per.get(model)
+            if row is None:
+                tr += nodes.entry("", nodes.paragraph(text="not measured"))
+                continue
+            headline = next(c for c in row["criteria"] if c["key"] == row["headline"])
+            cell = nodes.paragraph("", "", _badge(row["verdict"]))
+            cell += nodes.Text(f" {_number(headline['value'])}")
+            tr += nodes.entry("", cell)
+        body += tr
+    group += body
+    intro = _paragraph(
+        "The claims measured on more than one model, side by side: the verdict on each model by "
+        "the same registered rule, with the number it rests on. The primary model's row comes "
+        "from the claim's own chapter, the other models' from the architectures chapter, which "
+        "replays the paper's yardsticks on every model with the audit's protocol. None of these "
+        "models is the paper's GPT-2 124M unless its column says gpt2: a verdict here is a "
+        "verdict on that model.")
+    heading = nodes.rubric(text="Each claim on each model", classes=["verdict-chapter"])
+    return [heading, intro, table]
+
+
 def _page(rows: list[dict], app, fromdocname: str) -> list[nodes.Node]:
-    out: list[nodes.Node] = [_summary(rows)]
+    out: list[nodes.Node] = [_summary(rows), *_side_by_side(rows)]
     docnames = {Path(d).name: d for d in app.env.found_docs}
     by_chapter: dict[str, list[dict]] = {}
     for row in rows:
