@@ -20,8 +20,9 @@ The first three are the family ``sum_{i not in I} g_i ||b_i x_i - s_I||`` with
   among equal weights the earlier key first);
 * ``mc``: a Monte Carlo estimate of ``E = E_{I ~ U(L, N)}[d~(I)]`` from ``samples`` uniform
   subsets per row (nested over N: the first N keys of one uniform random permutation; with
-  ``mc_keys`` the sum over the non-selected keys is itself estimated, without bias, from that many
-  keys drawn with replacement); ``mc_var`` is the variance of that estimate, from the samples;
+  ``mc_keys`` the sum over the non-selected keys is itself estimated, without bias: each row's
+  :data:`MC_HEAVY_KEYS` largest weights exactly, the other keys from ``mc_keys`` keys drawn with
+  replacement); ``mc_var`` is the variance of that estimate, from the samples;
 * ``main``: the Jensen lower bound on E, ``s_I`` replaced by its conditional mean;
 * ``rms``: the upper bound ``E ||.|| <= sqrt(E ||.||^2)`` with the exact second moment;
 * ``upper`` (``scaled`` only): the corrected Corollary 2(i) cap, ``min((L-N)(N+1)/L S,
@@ -99,6 +100,9 @@ def _stats(form: str, samples: int, expectations: Sequence[str]) -> list[str]:
 
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 22
+#: with ``mc_keys``, each row's this many largest weights are summed exactly in every draw and
+#: only the other keys are sampled (a stratified estimate; see :func:`_sampled_family`)
+MC_HEAVY_KEYS = 16
 
 
 def _grid(n_grid) -> Tensor:
@@ -249,30 +253,53 @@ def _family_distances(x: Tensor, x2: Tensor, w_t: Tensor, y2: Tensor, s: Tensor,
     return res
 
 
-def _sampled_family(x: Tensor, w: Tensor, rank: Tensor, s: Tensor, grid: Tensor, lens: Tensor,
-                    keys: int, forms: tuple[str, ...], generator) -> dict[str, Tensor]:
-    """The family forms with the sum over non-selected keys estimated from ``keys`` keys per row
-    drawn uniformly with replacement among the visible ones (unbiased). rank [b, r, L]."""
-    b, r, L = w.shape
-    u = torch.rand(b, r, keys, generator=generator, dtype=w.dtype)
-    idx = (u * lens.to(w.dtype)[:, None]).long().clamp(max=L - 1)            # [b, r, m]
+def _gathered_terms(x: Tensor, w: Tensor, rank: Tensor, s: Tensor, grid: Tensor, idx: Tensor,
+                    factor: Tensor, forms: tuple[str, ...]) -> dict[str, Tensor]:
+    """The family forms' terms of the keys ``idx`` [b, r, m] of each row, each multiplied by
+    ``factor`` [b, r, m] (and 0 where the key is selected), summed over the m keys: {form: [b, r, n]}."""
+    b, r, _ = w.shape
     xs = x[torch.arange(b)[:, None, None], idx]                               # [b, r, m, d]
     ws = torch.gather(w, -1, idx)[..., None]                                  # [b, r, m, 1]
-    outside = torch.gather(rank, -1, idx)[..., None] >= grid                  # [b, r, m, n]
+    keep = (torch.gather(rank, -1, idx)[..., None] >= grid) * factor[..., None]   # [b, r, m, n]
     s2 = (s * s).sum(-1)[:, :, None]                                          # [b, r, 1, n]
     cross = torch.matmul(xs, s.transpose(-1, -2))                             # [b, r, m, n]
     x2 = (xs * xs).sum(-1)[..., None]                                         # [b, r, m, 1]
-    scale = lens.to(w.dtype)[:, None] / keys                                  # [r, 1]
     res = {}
     if "scaled" in forms:
         dist = torch.addcmul(ws * ws * x2 + s2, cross, ws, value=-2.0)
-        res["scaled"] = dist.clamp_min_(0).sqrt_().mul_(outside).sum(2) * scale
+        res["scaled"] = dist.clamp_min_(0).sqrt_().mul_(keep).sum(2)
     if "raw" in forms or "weighted" in forms:
-        dist = torch.add(x2 + s2, cross, alpha=-2.0).clamp_min_(0).sqrt_().mul_(outside)
+        dist = torch.add(x2 + s2, cross, alpha=-2.0).clamp_min_(0).sqrt_().mul_(keep)
         if "raw" in forms:
-            res["raw"] = dist.sum(2) * scale
+            res["raw"] = dist.sum(2)
         if "weighted" in forms:
-            res["weighted"] = (dist * ws).sum(2) * scale
+            res["weighted"] = (dist * ws).sum(2)
+    return res
+
+
+def _sampled_family(x: Tensor, w: Tensor, rank: Tensor, s: Tensor, grid: Tensor, lens: Tensor,
+                    keys: int, forms: tuple[str, ...], generator,
+                    heavy: Tensor | None = None) -> dict[str, Tensor]:
+    """The family forms with the sum over non-selected keys estimated from ``keys`` keys per row
+    drawn uniformly with replacement among the visible ones (unbiased). rank [b, r, L].
+
+    ``heavy`` [b, r, h] (optional): keys summed exactly instead (each row's largest weights). A
+    drawn key that is heavy then counts 0, so the draws estimate the sum over the other keys
+    without bias (each is drawn ``keys / len`` times on average). Stratifying so matters on real
+    models: an attention sink carries most of a row's weight, its term dwarfs the others, and a
+    plain draw of 64 of 1,000 keys misses it most of the time, so the estimate and its variance
+    from a few draws are both far off."""
+    b, r, L = w.shape
+    u = torch.rand(b, r, keys, generator=generator, dtype=w.dtype)
+    idx = (u * lens.to(w.dtype)[:, None]).long().clamp(max=L - 1)            # [b, r, m]
+    factor = (lens.to(w.dtype)[:, None] / keys).expand(b, r, keys)           # [b, r, m]
+    if heavy is not None:
+        factor = factor * ~(idx[..., :, None] == heavy[..., None, :]).any(-1)
+    res = _gathered_terms(x, w, rank, s, grid, idx, factor, forms)
+    if heavy is not None:
+        seen = (heavy < lens[None, :, None]).to(w.dtype)                   # invisible: 0
+        for f, v in _gathered_terms(x, w, rank, s, grid, heavy, seen, forms).items():
+            res[f] = res[f] + v
     return res
 
 
@@ -321,6 +348,9 @@ def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, wanted, generator, to
     n_max = int(grid.max())
     _, order = top_n(torch.where(visible, w, torch.full_like(w, -1.0)), n_max)   # book's ties
     rank = _order_ranks(order, L)
+    # the keys a sampled draw sums exactly: each row's largest weights (see _sampled_family)
+    heavy = (order[..., :min(MC_HEAVY_KEYS, n_max)] if mc_keys is not None and MC_HEAVY_KEYS
+             else None)
     s = _ordered_context(w, x, order, rank, grid)
     if family:
         outside = (torch.where(visible, rank, -1).transpose(1, 2)[..., None] >= grid)
@@ -331,10 +361,11 @@ def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, wanted, generator, to
         res["norm_of_sum"]["true"] = norm_of_sum(s)
     if samples:
         acc = {f: [0.0, 0.0] for f in forms}
-        for _ in range(samples):
-            u = torch.rand(b, r, L, generator=generator, dtype=dtype)
-            order = torch.topk(torch.where(visible, u, torch.full_like(u, 2.0)), n_max,
-                               largest=False).indices         # a uniform random ordered prefix
+        top = order[..., :1]                                  # [b, r, 1] each row's largest weight
+        inside = (grid.to(dtype)[None, None, :] / lens.to(dtype)[None, :, None]).clamp(max=1.0)
+
+        def draw(u: Tensor) -> dict[str, Tensor]:
+            order = torch.topk(u, n_max, largest=False).indices   # a uniform random ordered prefix
             rank = _order_ranks(order, L)
             s = _ordered_context(w, x, order, rank, grid)
             if not family:
@@ -343,9 +374,22 @@ def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, wanted, generator, to
                 outside = (torch.where(visible, rank, -1).transpose(1, 2)[..., None] >= grid)
                 vals = _family_distances(x, x2, w_t, y2, s, outside, family)
             else:
-                vals = _sampled_family(x, w, rank, s, grid, lens, mc_keys, family, generator)
+                vals = _sampled_family(x, w, rank, s, grid, lens, mc_keys, family, generator,
+                                       heavy)
             if "norm_of_sum" in forms:
                 vals["norm_of_sum"] = norm_of_sum(s)
+            return vals
+
+        for _ in range(samples):
+            # One draw, stratified on the row's largest weight: a subset that holds it (chance
+            # N/len) and one that does not, weighted by their chances. An attention sink is in a
+            # uniform N-subset rarely, but then every term is large: unstratified, a few draws
+            # miss that event and put the estimate (and its variance) far below E.
+            u = torch.where(visible, torch.rand(b, r, L, generator=generator, dtype=dtype),
+                            torch.full((b, r, L), 2.0, dtype=dtype))
+            held = draw(u.scatter(-1, top, -1.0))
+            left = draw(u.scatter(-1, top, 3.0))
+            vals = {f: inside * held[f] + (1 - inside) * left[f] for f in held}
             for f, v in vals.items():
                 acc[f][0] = acc[f][0] + v
                 acc[f][1] = acc[f][1] + v * v
