@@ -171,3 +171,26 @@ def test_alternatives_claims_are_generated_per_normaliser_and_yardstick():
     assert claims.claim("ALT-TOPK").rule.grade({"sqrt_loss": 0.01, "exponent": 0.5}) == "confirmed"
     assert claims.claim("ALT-TOPK").rule.grade({"sqrt_loss": 0.5, "exponent": 0.5}) == "corrected"
     assert claims.claim("ALT-REM-renorm").rule.grade({"halves": 0.7, "reduces": 0.7}) == "corrected"
+
+
+def test_the_verdicts_page_sets_each_claim_on_each_model_side_by_side():
+    """models_by_claim: claims measured on more than one model, the claim's own chapter first,
+    comparisons ("a against b") left out; short_model drops the parameter count."""
+    from normlimits.sphinx_ledger import models_by_claim, on_paper_model, short_model
+
+    def row(cid, chapter, home, model):
+        return {"id": cid, "chapter": chapter, "home": home, "model": model}
+
+    rows = [row("C1", "vanishing", "vanishing", "smollm2-135m (134.5M params)"),
+            row("T1a", "distances", "distances", "smollm2-135m (134.5M params)"),
+            row("C1", "architectures", "vanishing", "standin (2.0M params)"),
+            row("C1", "architectures", "vanishing", "smollm2-135m (134.5M params)"),
+            row("ARCH", "architectures", "architectures", "standin (2.0M params) against smollm2-135m (134.5M params)")]
+    models, by_claim = models_by_claim(rows)
+    assert models == ["smollm2-135m", "standin"]
+    assert list(by_claim) == ["C1"]
+    assert by_claim["C1"]["smollm2-135m"]["chapter"] == "vanishing"      # the chapter's own row wins
+    assert short_model("gpt2 (default) (124.4M params)") == "gpt2 (default)"
+    assert on_paper_model({"model": "gpt2 (default) (124.4M params)"})
+    assert not on_paper_model({"model": "gpt2-random (124.4M params)"})
+    assert not on_paper_model({"model": "smollm2-135m (134.5M params)"})
