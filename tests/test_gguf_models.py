@@ -159,3 +159,30 @@ def test_it_is_a_language_model_far_below_the_stand_in_and_the_bigram(converted)
     assert 3.0 < real.bytes_per_token < 6.0
     assert real.per_byte < 1.8, real.per_byte
     assert real.per_byte < standin.per_byte - 1.0 and real.per_byte < bigram.per_byte - 1.5
+
+
+def test_audit_runs_on_the_shipped_gguf_file_and_refuses_a_truncated_copy(converted, monkeypatch,
+                                                                          tmp_path, capsys):
+    """``normlimits audit --model FILE.gguf`` offline: the shipped file audits (one window, the
+    vanishing yardstick); a copy cut short is refused before anything runs, naming --model."""
+    import json
+
+    from normlimits import audit
+
+    info = G.inspect_gguf(G.smollm2_path())
+    monkeypatch.setenv("NORMLIMITS_CACHE", str(G.converted_dir(info).parents[1]))
+    out = tmp_path / "out"
+    code = audit.main(["--model", str(G.smollm2_path()), "--windows", "1", "--length", "64",
+                       "--yardsticks", "vanishing", "--out", str(out), "--quiet"])
+    assert code == 0
+    doc = json.loads((out / "audit.json").read_text())
+    assert doc["model"]["family"] == "llama" and doc["model"]["layers"] == 30
+    assert {row["id"] for row in doc["rows"]} == {"NU", "C1"}
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(G.smollm2_path().read_bytes()[:1_000_000])
+    with pytest.raises(SystemExit) as exc:
+        audit.main(["--model", str(cut), "--windows", "1", "--length", "64", "--out",
+                    str(tmp_path / "out2"), "--quiet"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--model" in err and "cut.gguf" in err, err
+    assert not (tmp_path / "out2" / "audit.json").exists()
