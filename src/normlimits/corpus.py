@@ -68,6 +68,10 @@ def _point(origin: str) -> str:
     return f"pass {origin} with" if origin.startswith("-") else f"point {origin} at"
 
 
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def _decode(data: bytes, where: str, origin: str = CORPUS_ENV) -> str:
     try:
         return data.decode("utf-8-sig")
@@ -112,18 +116,18 @@ def load_corpus(setting: str | None = None, origin: str | None = None) -> Corpus
         path = Path(setting).expanduser()
         if path.is_dir():
             raise CorpusError(f"{_named(origin, setting)} is a folder, not a text file. "
-                              f"{_point(origin).capitalize()} a UTF-8 text file inside it (the "
+                              f"{_cap(_point(origin))} a UTF-8 text file inside it (the "
                               f"project uses ../shared/data/war-and-peace.txt offline){unset}.")
         if not path.is_file():
             raise CorpusError(f"{_named(origin, setting)}: no such file. "
-                              f"{_point(origin).capitalize()} a UTF-8 text file (the project uses "
+                              f"{_cap(_point(origin))} a UTF-8 text file (the project uses "
                               f"../shared/data/war-and-peace.txt offline){unset}.")
         text = strip_gutenberg(_decode(path.read_bytes(), str(path), origin))
         source = str(path.resolve())
     if not text.strip():
         what = "is empty" if not text else "holds only white space"
         raise CorpusError(f"{_named(origin, setting)}: the corpus {what}, so no window of text can "
-                          f"be cut from it. {_point(origin).capitalize()} a UTF-8 text of some "
+                          f"be cut from it. {_cap(_point(origin))} a UTF-8 text of some "
                           f"length (the project uses ../shared/data/war-and-peace.txt offline)"
                           f"{unset}.")
     check_is_text(text, setting, origin)
@@ -138,7 +142,7 @@ def check_is_text(text: str, setting: str = "", origin: str = CORPUS_ENV) -> Non
     if control > 0.01 * len(text):
         raise CorpusError(f"{_named(origin, setting)}: {control:,} of its {len(text):,} characters "
                           f"({control / len(text):.0%}) are control characters (e.g. NUL bytes): "
-                          f"this is not a text. {_point(origin).capitalize()} a UTF-8 text file "
+                          f"this is not a text. {_cap(_point(origin))} a UTF-8 text file "
                           "such as War and Peace.")
 
 
