@@ -526,3 +526,15 @@ def test_outputs_and_cache_files_follow_the_umask_not_0600(model_folder, tmp_pat
     assert folder.stat().st_mode & 0o777 == 0o755
     rows = bench.write_rows([{"workload": "total"}], tmp_path / "bench.json")
     assert rows.stat().st_mode & 0o777 == 0o644
+
+
+def test_faults_json_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
+    from normlimits import faults
+
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"mine": true}')
+    err = _refused(["--json", str(mine)], capsys, faults.main)
+    assert "--json" in err and "not an earlier output" in err, err
+    assert mine.read_text() == '{"mine": true}'
+    err = _refused(["--json", str(tmp_path)], capsys, faults.main)
+    assert "--json" in err and "is a folder" in err, err

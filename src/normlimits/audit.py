@@ -349,7 +349,7 @@ def _audit(args, output, start: float, say) -> dict:
     }
     json.dumps(doc, allow_nan=False)           # fail before writing if anything is not JSON
     paths = write_outputs(output, doc, figures)
-    say(f"wrote {', '.join(p.name for p in paths.values())} and manifest.json to {output.target}")
+    say(f"wrote {', '.join(p.name for p in paths.values())} and manifest.json to {output.shown}")
     if output.aside is not None:
         say(f"the earlier audit was moved aside to {output.aside}")
     return doc
