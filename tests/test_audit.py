@@ -139,8 +139,6 @@ def test_llama_run_is_llama_and_every_position(llama_run):
 
 
 def test_progress_lines_name_windows_and_yardsticks(byte_gpt2_folder, tmp_path, capsys):
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "critical_n.png").write_bytes(b"an earlier run's figure")
     _run(byte_gpt2_folder, tmp_path / "out", "--yardsticks", "vanishing", "jacobian")
     err = capsys.readouterr().err
     assert "[audit] window 1/2" in err and "[audit] window 2/2" in err
@@ -148,7 +146,7 @@ def test_progress_lines_name_windows_and_yardsticks(byte_gpt2_folder, tmp_path, 
     doc = json.loads((tmp_path / "out" / "audit.json").read_text())
     assert [r["id"] for r in doc["rows"]] == ["NU", "C1", "F4", "EPS"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "audit.json", "jacobian.png", "report.md", "vanishing.png"]
+        "audit.json", "jacobian.png", "manifest.json", "report.md", "vanishing.png"]
 
 
 def test_a_failing_yardstick_leaves_no_output(byte_gpt2_folder, tmp_path, monkeypatch):
@@ -159,7 +157,7 @@ def test_a_failing_yardstick_leaves_no_output(byte_gpt2_folder, tmp_path, monkey
     monkeypatch.setitem(yardsticks.YARDSTICKS, "separability", broken)
     with pytest.raises(RuntimeError, match="planted failure"):
         _run(byte_gpt2_folder, tmp_path / "out")
-    assert list((tmp_path / "out").iterdir()) == []
+    assert list(tmp_path.iterdir()) == [], "no folder, no temporary folder, no lock file left"
 
 
 # ---------------------------------------------------------------------------- bad arguments

@@ -93,13 +93,16 @@ def test_capture_window_takes_one_window_and_iter_captures_checks_before_the_fir
 
 
 # ----------------------------------------------------------------------------- bench command line
-def test_bench_model_option_errors_name_the_option(tmp_path):
+def test_bench_model_option_errors_name_the_option(tmp_path, capsys):
     from normlimits import bench
 
     missing = tmp_path / "no-such-model"
-    with pytest.raises(ModelError) as info:
-        bench.main(["--model", str(missing), "--windows", "1", "--quiet"])
-    message = str(info.value)
+    with pytest.raises(SystemExit) as info:       # an argument error: exit 2 and the usage line
+        bench.main(["--model", str(missing), "--windows", "1", "--quiet",
+                    "--output", str(tmp_path / "bench.json")])
+    assert info.value.code == 2
+    message = capsys.readouterr().err
+    assert "usage:" in message
     assert f"--model='{missing}'" in message and "NORMLIMITS_MODEL" not in message
 
 

@@ -10,7 +10,15 @@ four yardsticks of :mod:`normlimits.yardsticks` (the chapters' own code paths), 
 in turn by the bench's :class:`~normlimits.bench.Lockstep` (one window's capture in memory at a
 time). Captures made on an accelerator are moved to the CPU before the metrics, which run there.
 
-Writes, each file atomically (a temporary file, then a rename; nothing half-written remains):
+Writes the output folder as one transaction (:class:`normlimits.outputs.FolderOutput`): every file
+goes into a fresh temporary folder beside ``DIR``, ``manifest.json`` (each file's size and sha256)
+last, and the folder is moved into place as a whole at the end, so ``DIR`` holds one complete
+audit or is as it was. ``DIR`` may be missing, empty, or an earlier audit (its manifest says so and
+its files are unchanged); anything else is refused, never overwritten: a folder of the user's own
+files, or an earlier audit with files added or edited since, which ``--force`` replaces by moving
+the old folder aside (``DIR.previous-<time>``). A second audit into the same folder while one runs
+is refused (a lock file ``.DIR.lock`` beside it). Whether ``DIR`` can be written is checked
+before the model is loaded. The files:
 
 - ``DIR/audit.json``: ``rows`` (one ledger row per graded claim, the book's ledger format, checked
   by :func:`normlimits.ledger.validate_row`; ``chapter`` is ``audit``, ``model`` names the model),
@@ -79,7 +87,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True,
                    help="a hub id (gpt2, EleutherAI/pythia-160m, ...), a save_pretrained folder, "
                         "'standin' or 'gpt2-random' (anything NORMLIMITS_MODEL accepts)")
-    p.add_argument("--out", required=True, type=Path, help="output folder (created if missing)")
+    p.add_argument("--out", required=True,
+                   help="output folder: new, empty, or an earlier audit (created if missing; a "
+                        "folder of other files is refused)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an earlier audit in --out even if files were added to or edited "
+                        "in it since; the old folder is moved aside to OUT.previous-<time>")
     p.add_argument("--windows", type=_positive("--windows"), default=8,
                    help="corpus windows, one forward pass each (default 8)")
     p.add_argument("--length", type=_positive("--length"), default=None,
@@ -153,11 +166,11 @@ def _load(args):
         raise AuditError(f"--length {length}: the model {loaded.name} has a context of {context} "
                          f"tokens; pass --length {context} or less")
     try:
-        corpus = load_corpus(args.corpus)
+        corpus = load_corpus(args.corpus, origin="--corpus" if args.corpus is not None else None)
     except SettingError as exc:
-        raise AuditError(_renamed(str(exc), "NORMLIMITS_CORPUS", "--corpus")) from None
+        raise AuditError(str(exc)) from None
     try:
-        windows = token_windows(loaded, corpus, length, args.windows)
+        windows = token_windows(loaded, corpus, length, args.windows, count_origin="--windows")
     except SettingError as exc:
         raise AuditError(f"--windows {args.windows} / --length {length}: {exc}") from None
     return loaded, corpus, windows
@@ -263,29 +276,32 @@ def report_markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(out: Path, doc: dict, figures: dict[str, bytes]) -> dict[str, Path]:
-    """Write the figures, ``audit.json`` and ``report.md`` into ``out``, each atomically, and remove
-    the figures of yardsticks this run did not measure (left by an earlier run)."""
-    from .cache import atomic_write_bytes, atomic_write_json
+def write_outputs(out, doc: dict, figures: dict[str, bytes]) -> dict[str, Path]:
+    """Write the figures, ``audit.json`` and ``report.md`` as one transaction: into ``out``, a
+    :class:`~normlimits.outputs.FolderOutput` (committed here), or a folder path (opened here,
+    refused if it holds anything but an earlier, unchanged audit). Returns the final paths."""
+    from .outputs import FolderOutput
 
-    paths = {name: atomic_write_bytes(out / f"{name}.png", data) for name, data in figures.items()}
-    paths["audit.json"] = atomic_write_json(out / "audit.json", doc)
-    paths["report.md"] = atomic_write_bytes(out / "report.md", report_markdown(doc).encode())
-    for name in YARDSTICKS:        # a figure of an earlier run's yardstick would not match the JSON
-        if name not in figures:
-            (out / f"{name}.png").unlink(missing_ok=True)
+    output = out if isinstance(out, FolderOutput) else FolderOutput(Path(out), tool=PROG)
+    with output:
+        paths = {name: output.write(f"{name}.png", data) for name, data in figures.items()}
+        paths["audit.json"] = output.write(
+            "audit.json", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+        paths["report.md"] = output.write("report.md", report_markdown(doc).encode())
+        output.commit()
     return paths
 
 
-def _prepare_out(out: Path) -> Path:
-    if out.exists() and not out.is_dir():
-        raise AuditError(f"--out {str(out)!r} is a file, not a folder; pass a folder path")
+def _prepare_out(out, force: bool = False):
+    """The output transaction for ``--out``: refused now (before any computing) when the folder
+    cannot be written, holds the user's files, or another audit is writing it."""
+    from .outputs import FolderOutput, OutputError, check_target_text
+
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise AuditError(f"--out {str(out)!r} cannot be created ({exc.strerror}); pass a "
-                         "writable folder") from None
-    return out
+        return FolderOutput(check_target_text(out, "--out"), tool=PROG, option="--out",
+                            force=force)
+    except OutputError as exc:
+        raise AuditError(str(exc)) from None
 
 
 def audit(args) -> dict:
@@ -293,13 +309,18 @@ def audit(args) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
-    from .ledger import validate_row
-    from .settings import configure_torch
-
     start = time.perf_counter()
     say = (lambda message: None) if args.quiet else \
         (lambda message: print(f"[audit] {message}", file=sys.stderr, flush=True))
-    out = _prepare_out(args.out)
+    output = _prepare_out(args.out, getattr(args, "force", False))
+    with output:
+        return _audit(args, output, start, say)
+
+
+def _audit(args, output, start: float, say) -> dict:
+    from .ledger import validate_row
+    from .settings import configure_torch
+
     configure_torch()
     torch.manual_seed(0)
     loaded, corpus, windows = _load(args)
@@ -335,8 +356,10 @@ def audit(args) -> dict:
         "timings": {**run["timings"], "total_seconds": time.perf_counter() - start},
     }
     json.dumps(doc, allow_nan=False)           # fail before writing if anything is not JSON
-    paths = write_outputs(out, doc, figures)
-    say(f"wrote {', '.join(p.name for p in paths.values())} to {out}")
+    paths = write_outputs(output, doc, figures)
+    say(f"wrote {', '.join(p.name for p in paths.values())} and manifest.json to {output.shown}")
+    if output.aside is not None:
+        say(f"the earlier audit was moved aside to {output.aside}")
     return doc
 
 
@@ -352,7 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{r['id']:4s} {r['verdict']:15s} {r['statistic']} = {_fmt(r['value'])}")
     for name, why in doc["ungraded"].items():
         print(f"{name}: not graded ({why})")
-    print(f"audit written to {args.out / 'audit.json'}, {args.out / 'report.md'}")
+    out = Path(args.out)
+    print(f"audit written to {out / 'audit.json'}, {out / 'report.md'}")
     return 0
 
 

@@ -720,17 +720,47 @@ def _row_count(text: str) -> int | None:
     return value
 
 
+def _positive(option: str):
+    """An argparse type: a whole number >= 1, the error naming ``option``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} must be a whole number such as 8 "
+                                             f"(got {text!r})") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{option} must be at least 1 (got {value})")
+        return value
+    return parse
+
+
+def is_bench_output(path: Path) -> bool:
+    """Whether ``path`` holds the bench's JSON rows (an earlier run's output, safe to replace)."""
+    import json
+
+    try:
+        rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return (isinstance(rows, list) and bool(rows) and all(isinstance(r, dict) and "workload" in r
+                                                           for r in rows)
+            and rows[-1]["workload"] == "total")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m normlimits.bench",
         description="Time the paper's five experiments (Table 1) with the book's code: one "
-                    "forward pass per window shared by every workload.")
+                    "forward pass per window shared by every workload. The chapters' settings "
+                    "NORMLIMITS_MODEL and NORMLIMITS_WINDOWS do not apply here (the options do); "
+                    "the corpus is NORMLIMITS_CORPUS's.")
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help=f"model name as NORMLIMITS_MODEL takes it (default {DEFAULT_MODEL}: GPT-2 "
                         "124M's configuration, random weights; the cost does not depend on them)")
-    p.add_argument("--windows", type=int, default=DEFAULT_WINDOWS,
-                   help=f"number of corpus windows (default {DEFAULT_WINDOWS})")
-    p.add_argument("--length", type=int, default=DEFAULT_LENGTH,
+    p.add_argument("--windows", type=_positive("--windows"), default=DEFAULT_WINDOWS,
+                   help=f"number of corpus windows (default {DEFAULT_WINDOWS}; NORMLIMITS_WINDOWS "
+                        "is not read)")
+    p.add_argument("--length", type=_positive("--length"), default=DEFAULT_LENGTH,
                    help=f"window length L, the largest L of the sweeps (default {DEFAULT_LENGTH})")
     p.add_argument("--separability-rows", type=_row_count, default=BenchConfig.separability_row_count,
                    metavar="N|every",
@@ -739,46 +769,85 @@ def _parser() -> argparse.ArgumentParser:
                         f"{BenchConfig.separability_row_count})")
     p.add_argument("--workloads", nargs="+", choices=[w.name for w in WORKLOADS],
                    help="run only these workloads (default: all five)")
-    p.add_argument("--output", type=Path, default=None,
-                   help="where to write the JSON rows (default _build/bench.json)")
+    p.add_argument("--output", default=None,
+                   help="where to write the JSON rows (default _build/bench.json); an existing "
+                        "file is replaced only if it is an earlier bench output")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
 
+def _output(text: str | None):
+    """The output transaction for ``--output``, checked before any computing."""
+    from .outputs import FileOutput, check_target_text
+
+    path = default_output() if text is None else check_target_text(text, "--output")
+    return FileOutput(path, tool="python -m normlimits.bench", option="--output",
+                      is_ours=is_bench_output)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m normlimits.bench``: run, print the table, write the JSON rows."""
+    """``python -m normlimits.bench``: run, print the table, write the JSON rows. A bad argument
+    (or setting) exits 2 with the usage line and a message naming it."""
+    import json
+
     from .corpus import load_corpus, token_windows
-    from .models import load_model
-    from .settings import configure_torch, window_count
+    from .models import ModelError, load_model
+    from .outputs import OutputError
+    from .settings import SettingError, configure_torch
 
-    args = _parser().parse_args(argv)
-    count = window_count(args.windows)
-    configure_torch()
-    torch.manual_seed(0)
+    p = _parser()
+    args = p.parse_args(argv)
+    count = args.windows
+    if args.length < 2:
+        p.error(f"--length {args.length}: the bench needs windows of at least 2 tokens; pass "
+                "--length 2 or more")
+    try:
+        output = _output(args.output)
+    except OutputError as exc:
+        p.error(str(exc))
+    try:
+        configure_torch()
+        torch.manual_seed(0)
 
-    def say(message: str) -> None:
-        if not args.quiet:
-            print(f"[bench] {message}", file=sys.stderr, flush=True)
+        def say(message: str) -> None:
+            if not args.quiet:
+                print(f"[bench] {message}", file=sys.stderr, flush=True)
 
-    start = time.perf_counter()
-    loaded = load_model(args.model, origin="--model")
-    corpus = load_corpus()
-    windows = token_windows(loaded, corpus, args.length, count)
-    setup = time.perf_counter() - start
-    say(f"{loaded.name}: {loaded.n_params / 1e6:.1f}M params; {count} windows of {args.length} "
-        f"tokens; set-up {setup:.1f} s")
-    config = BenchConfig(length=args.length, separability_row_count=args.separability_rows)
-    result = run_bench(loaded, windows, config,
-                       workloads=args.workloads, setup_seconds=setup, progress=say)
-    from .book_projection import format_projection, project
+        start = time.perf_counter()
+        try:
+            loaded = load_model(args.model, origin="--model")
+            corpus = load_corpus()
+        except (ModelError, SettingError) as exc:
+            p.error(str(exc))
+        context = int(loaded.max_positions)
+        if args.length > context:
+            p.error(f"--length {args.length}: the model {loaded.name} has a context of {context} "
+                    f"tokens; pass --length {context} or less")
+        try:
+            windows = token_windows(loaded, corpus, args.length, count, count_origin="--windows")
+        except SettingError as exc:
+            p.error(f"--windows {count} / --length {args.length}: {exc}")
+        setup = time.perf_counter() - start
+        say(f"{loaded.name}: {loaded.n_params / 1e6:.1f}M params; {count} windows of "
+            f"{args.length} tokens; set-up {setup:.1f} s")
+        config = BenchConfig(length=args.length, separability_row_count=args.separability_rows)
+        result = run_bench(loaded, windows, config,
+                           workloads=args.workloads, setup_seconds=setup, progress=say)
+        from .book_projection import format_projection, project
 
-    projected = project(result.rows[-1]["seconds"])
-    result.rows[-1]["book_projected_seconds"] = projected
-    path = write_rows(result.rows, args.output)
-    print(format_table(result.rows))
-    print(format_projection(projected))
-    print(f"rows written to {path}")
-    return 0
+        projected = project(result.rows[-1]["seconds"])
+        result.rows[-1]["book_projected_seconds"] = projected
+        print(format_table(result.rows))
+        print(format_projection(projected))
+        try:
+            path = output.commit((json.dumps(result.rows, indent=2, sort_keys=True) + "\n").encode())
+        except OutputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(f"rows written to {path}")
+        return 0
+    finally:
+        output.abort()
 
 
 if __name__ == "__main__":

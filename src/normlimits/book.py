@@ -80,10 +80,10 @@ class ChapterContext:
         it) beside its ledger rows, in ``<ledger dir>/<chapter>.timing.json``; returns it and glues
         ``chapter_seconds``."""
         from .cache import atomic_write_json
-        from .ledger import ledger_dir
+        from .ledger import writable_ledger_dir
 
         seconds = self.elapsed()
-        atomic_write_json(ledger_dir() / f"{self.chapter}.timing.json",
+        atomic_write_json(writable_ledger_dir() / f"{self.chapter}.timing.json",
                           {"chapter": self.chapter, "seconds": seconds, "model": self.model_label,
                            "windows": self.window_count, "one_time_seconds": self.one_time_seconds})
         _glue("chapter_seconds", seconds)
@@ -154,6 +154,9 @@ def start_chapter(chapter: str, model: str | None = None, windows: int | None = 
     In a Jupyter kernel it also keeps every value the chapter glues (``glued.install``), so that
     JupyterLab (``make lab``) shows the glued numbers in the prose as the book does.
     """
+    from .ledger import writable_ledger_dir
+
+    writable_ledger_dir()          # an unwritable ledger folder is named now, not at the end
     configure_torch()
     glued.install()
     torch.manual_seed(0)

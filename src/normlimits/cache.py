@@ -89,6 +89,19 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def umask_mode(base: int = 0o666) -> int:
+    """``base`` less the process's umask: the mode ``open`` (0o666) or ``mkdir`` (0o777) would
+    give, which ``mkstemp`` and ``mkdtemp`` (0o600, 0o700) do not. The umask is read from
+    ``/proc/self/status`` where there is one (setting it to read it is not thread-safe)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            mask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return base & ~mask
+
+
 def _atomic_file(path: Path, write: Callable[[Path], None]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,6 +109,7 @@ def _atomic_file(path: Path, write: Callable[[Path], None]) -> Path:
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, umask_mode(0o666))      # readable as the umask says, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -137,6 +151,7 @@ def atomic_save_dir(directory: Path, fill: Callable[[Path], None]) -> Path:
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=directory.parent))
     try:
+        os.chmod(tmp, umask_mode(0o777))      # as mkdir would make it, not mkdtemp's 0700
         fill(tmp)
         if directory.exists():
             old = Path(tempfile.mkdtemp(prefix=".old-", dir=directory.parent))

@@ -13,8 +13,11 @@ keyed by everything the captures depend on:
 Each window is one safetensors file holding ``queries``, ``keys``, ``values``, ``hidden``,
 ``scale`` and the window's token ``ids``, written atomically (a temporary file renamed into place),
 in the dtype of the forward pass (float32 by default: the cache returns bit-identical tensors, so
-no result changes). A file that cannot be read, or whose ids or shapes do not match, is computed
-again and replaced, with a warning.
+no result changes). Beside it, ``window-NNNN.sha256`` records the sha256 of the file's bytes when it
+was written; a read checks it (the file is read once, hashed and decoded from the same bytes), so a
+file altered since (same size, a block overwritten) is never served. A file that cannot be read,
+has no or another checksum, or whose ids or shapes do not match, is computed again and replaced,
+with a warning naming it.
 
 Where: ``NORMLIMITS_CAPTURE_CACHE`` (a folder, or ``off``); unset, ``_build/captures`` of the book
 the current folder belongs to, which ``python -m normlimits.execution_cache`` (the first step of
@@ -35,7 +38,7 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from .cache import atomic_save_safetensors, atomic_write_json, key_digest
+from .cache import atomic_write_bytes, atomic_write_json, key_digest
 from .capture import WindowCapture, capture_window, input_device, layer_scales
 
 CAPTURE_CACHE_ENV = "NORMLIMITS_CAPTURE_CACHE"
@@ -102,19 +105,51 @@ def capture_key(loaded, corpus, length: int, count: int) -> dict:
     }
 
 
+def checksum_path(path: Path) -> Path:
+    """The sidecar holding the sha256 of the entry ``path`` (``window-0000.sha256``)."""
+    return path.with_suffix(".sha256")
+
+
 def _store(path: Path, capture: WindowCapture, ids: Tensor) -> None:
+    """The entry, then its checksum (a crash between them leaves an entry without one, which is
+    recomputed, never served)."""
+    from safetensors.torch import save
+
     tensors = {name: getattr(capture, name) for name in FIELDS}
-    atomic_save_safetensors({**tensors, "ids": ids}, path)
+    cpu = {name: t.detach().to("cpu").contiguous() for name, t in {**tensors, "ids": ids}.items()}
+    data = save(cpu)
+    checksum_path(path).unlink(missing_ok=True)
+    atomic_write_bytes(path, data)
+    atomic_write_bytes(checksum_path(path), (hashlib.sha256(data).hexdigest() + "\n").encode())
 
 
 def _load(path: Path, ids: Tensor, device: torch.device) -> WindowCapture | None:
-    """The capture stored at ``path`` if it is readable and is of ``ids``; else None (warned)."""
+    """The capture stored at ``path`` if its checksum verifies, it is readable and is of ``ids``;
+    else None (warned)."""
     if not path.is_file():
         return None
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
     try:
-        tensors = load_file(str(path), device=str(device))
+        data = path.read_bytes()
+        recorded = checksum_path(path).read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        warnings.warn(f"capture cache: {path} has no checksum ({checksum_path(path).name} is "
+                      "missing), so its contents cannot be verified; computing that window again "
+                      "and replacing the file.", stacklevel=3)
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        warnings.warn(f"capture cache: {path} or its checksum is unreadable ({exc}); computing "
+                      "that window again and replacing the file.", stacklevel=3)
+        return None
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != recorded:
+        warnings.warn(f"capture cache: {path} is damaged: its sha256 is {actual[:16]}..., not the "
+                      f"{recorded[:16]}... recorded when it was written; it is not used. Computing "
+                      "that window again and replacing the file.", stacklevel=3)
+        return None
+    try:
+        tensors = {name: t.to(device) for name, t in load(data).items()}
         capture = WindowCapture(**{name: tensors[name] for name in FIELDS})
         same = torch.equal(tensors["ids"].to(ids.device), ids)
         shapes = capture.queries.shape[-2] == len(ids) == capture.hidden.shape[-2]

@@ -419,6 +419,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.execute:
         args.result.write_text(json.dumps(execute_chapter(args.execute)))
         return 0
+    from .outputs import FileOutput, OutputError
+
+    try:                                      # checked (and locked) before the long runs
+        output = FileOutput(args.json, tool="python -m normlimits.faults", option="--json",
+                            is_ours=_is_faults_report)
+    except OutputError as exc:
+        parser.error(str(exc))
+    try:
+        return _main(args, parser, output)
+    finally:
+        output.abort()
+
+
+def _is_faults_report(path: Path) -> bool:
+    """Whether ``path`` holds an earlier report of this tool (safe to replace)."""
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(report, dict) and {"faults", "caught", "total"} <= set(report)
+
+
+def _main(args, parser, output) -> int:
     faults = load_faults(args.faults)
     if args.only:
         wanted = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -438,9 +461,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = run_all(faults, real_cache=cache_dir(), skip_tests=args.skip_tests,
                      skip_chapters=args.skip_chapters, baseline=not args.no_baseline)
     print(format_table(report))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=1))
-    print(f"report: {args.json}")
+    path = output.commit(json.dumps(report, indent=1).encode())
+    print(f"report: {path}")
     return 0 if report["caught"] == report["total"] else 1
 
 

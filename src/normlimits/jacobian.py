@@ -105,10 +105,21 @@ def _simplex(weights: Tensor) -> Tensor:
     if a.shape[-1] < 1:
         raise ValueError("weights need at least one key along the last dimension")
     if bool((a < 0).any()) or not bool(torch.isfinite(a).all()):
-        raise ValueError("weights must be finite and non-negative (rows of a softmax)")
+        bad = ~torch.isfinite(a) | (a < 0)
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"weights must be finite and non-negative (rows of a softmax): "
+                         f"{int(bad.sum()):,} of {a.numel():,} entries are not, the first "
+                         f"{float(a[where]):.4g} at index {where}. Pass attention weights (e.g. "
+                         "softmax_with_temperature(logits) or a capture's weights()), not logits; "
+                         "a NaN usually comes from the logits or the temperature upstream.")
     total = a.sum(-1, keepdim=True)
     if bool((total <= 0).any()):
-        raise ValueError("every row of weights must have positive mass")
+        empty = (total[..., 0] <= 0)
+        where = tuple(int(i) for i in empty.nonzero()[0])
+        raise ValueError(f"every row of weights must have positive mass: {int(empty.sum()):,} of "
+                         f"{empty.numel():,} rows sum to 0, the first at index {where}. Drop the "
+                         "rows with no visible key (all weights 0, e.g. fully masked) before the "
+                         "Jacobian checks.")
     return a / total
 
 

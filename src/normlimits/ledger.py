@@ -47,6 +47,32 @@ def ledger_dir(start: Path | None = None) -> Path:
     return root / "_build" / "ledger"
 
 
+def writable_ledger_dir(start: Path | None = None) -> Path:
+    """:func:`ledger_dir`, created if missing and checked writable; a folder that is a file, is
+    read-only or cannot be created raises :class:`~normlimits.settings.SettingError` naming
+    ``NORMLIMITS_LEDGER_DIR`` (or the default folder) and the remedy. Chapters call it when they
+    start, so the error comes before the computing, not at the end."""
+    from .settings import SettingError
+
+    folder = ledger_dir(start)
+    raw = os.environ.get(LEDGER_ENV)
+    named = f"{LEDGER_ENV}={raw!r}" if raw else f"the ledger folder {folder} ({LEDGER_ENV} unset)"
+    remedy = (f"set {LEDGER_ENV} to a writable folder" + (", or unset it to use _build/ledger "
+              "under the book" if raw else ""))
+    if folder.exists() and not folder.is_dir():
+        raise SettingError(f"{named} is a file, not a folder: the claims ledger cannot be written "
+                           f"there; {remedy}.")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SettingError(f"{named} cannot be created ({exc.strerror}): the claims ledger cannot "
+                           f"be written there; {remedy}.") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SettingError(f"{named} is not writable: the claims ledger cannot be written there; "
+                           f"{remedy}.")
+    return folder
+
+
 def row_key(row: dict) -> tuple[str, str]:
     """A row's identity within its chapter file: (claim id, variant or '')."""
     return row["id"], row.get("variant", "")
@@ -71,7 +97,7 @@ def validate_row(row: dict) -> dict:
 def write_row(row: dict) -> dict:
     """Record (or replace) ``row`` in its chapter's file, atomically; returns it."""
     validate_row(row)
-    path = ledger_dir() / f"{row['chapter']}.json"
+    path = writable_ledger_dir() / f"{row['chapter']}.json"
     rows = [r for r in read_rows(path) if row_key(r) != row_key(row)]
     rows.append(row)
     atomic_write_json(path, rows)

@@ -49,6 +49,7 @@ from .validation import attention_logits, check_row_maxima
 
 __all__ = [
     "check_temperature",
+    "check_temperature_for",
     "softmax_with_temperature",
     "general_normalizer",
     "visible_mask",
@@ -83,15 +84,46 @@ __all__ = [
 ]
 
 
-def check_temperature(temperature: float) -> float:
-    """Return ``temperature`` as a float, or raise a clear error when it is not positive."""
-    t = float(temperature)
+def check_temperature(temperature: float, dtype: torch.dtype | None = None) -> float:
+    """Return ``temperature`` as a float, or raise a clear error when it is not positive.
+
+    With ``dtype`` (the dtype the logits are divided in), T must also be a finite number of that
+    dtype: a T at or above its largest finite value (3.4e38 in float32) becomes infinite there and
+    ``l/T`` gives 0 or NaN, so it is refused, as is a T below its smallest normal value (1.2e-38
+    in float32), by which ``l/T`` overflows.
+    """
+    try:
+        t = float(temperature)
+    except (TypeError, ValueError):
+        raise ValueError(f"temperature T must be a positive number (got {temperature!r}).") from None
     if not t > 0:
         raise ValueError(f"temperature T must be > 0 (got {temperature!r}); "
                          "softmax(l/T) is undefined for T <= 0. Pass a positive T.")
     if math.isinf(t):
         raise ValueError("temperature T = inf is a limit, not a temperature: softmax(l/T) tends "
                          "to the uniform distribution over the visible keys. Pass a finite T.")
+    if dtype is not None and dtype.is_floating_point:
+        info = torch.finfo(dtype)
+        name = str(dtype).removeprefix("torch.")
+        if not math.isfinite(torch.tensor(t, dtype=dtype).item()) or t >= info.max:
+            raise ValueError(f"temperature T = {t:.3g} is too large for {name}, the dtype of the "
+                             f"logits: its largest finite value is {info.max:.3g}, so T is infinite "
+                             f"there and l/T gives 0 or NaN. Pass T < {info.max:.3g} (rows are "
+                             "already uniform to within rounding far below that), or the logits "
+                             "in float64.")
+    return t
+
+
+def check_temperature_for(temperature: float, dtype: torch.dtype) -> float:
+    """:func:`check_temperature` for a division ``logits / T`` in ``dtype``: also refuses a T
+    below the dtype's smallest normal value (``l/T`` would overflow to infinity)."""
+    t = check_temperature(temperature, dtype)
+    if dtype.is_floating_point and t < torch.finfo(dtype).tiny:
+        info = torch.finfo(dtype)
+        raise ValueError(f"temperature T = {t:.3g} is too small for "
+                         f"{str(dtype).removeprefix('torch.')}, the dtype of the logits: below "
+                         f"its smallest normal value {info.tiny:.3g}, l/T overflows to infinity. "
+                         f"Pass T >= {info.tiny:.3g}, or the logits in float64.")
     return t
 
 
@@ -104,7 +136,7 @@ def softmax_with_temperature(logits: Tensor, dim: int = -1, temperature: float =
     the arg-max row (ties share the weight) instead of ``inf - inf = NaN``; masked keys are
     ``-inf``; NaN or ``+inf`` logits are refused.
     """
-    t = check_temperature(temperature)
+    t = check_temperature(temperature, logits.dtype)
     row_max = logits.amax(dim=dim, keepdim=True)
     check_row_maxima(row_max)                 # the checks of visible_mask, from the maxima
     shifted = logits - row_max
@@ -528,7 +560,7 @@ class Normalizer:
 
     def at_temperature(self, logits: Tensor, temperature: float = 1.0, dim: int = -1, n=None) -> Tensor:
         """The normaliser applied to ``logits / T`` (how every yardstick sets a temperature)."""
-        return self(logits / check_temperature(temperature), dim=dim, n=n)
+        return self(logits / check_temperature_for(temperature, logits.dtype), dim=dim, n=n)
 
 
 NORMALIZERS: dict[str, Normalizer] = {

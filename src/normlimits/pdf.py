@@ -121,9 +121,12 @@ def print_pdf(index: Path, out: Path) -> dict:
                            f"({ready['brokenImages'][:3]}) and {ready['untypeset']} formulas were not "
                            "typeset; rebuild with `make pdf` (MathJax comes from book/_mathjax).")
         ready["scaled"] = page.evaluate(FIT_MATH_JS)
-        page.pdf(path=str(out), print_background=True, display_header_footer=True,
-                 header_template="<div></div>", footer_template=FOOTER, **PAGE)
+        data = page.pdf(print_background=True, display_header_footer=True,
+                        header_template="<div></div>", footer_template=FOOTER, **PAGE)
         browser.close()
+    from .cache import atomic_write_bytes
+
+    atomic_write_bytes(out, data)       # never half a PDF in place; readable as the umask says
     return ready | {"seconds": round(time.perf_counter() - start, 1), "blocked": requested}
 
 
