@@ -203,6 +203,7 @@ def test_binder_installs_the_book_as_make_install_does():
     make = (ROOT / "Makefile").read_text()
     torch_pin = re.search(r"TORCH_PIN := (\S+)", make).group(1)
     assert torch_pin in post and "-r requirements.lock" in post and "--no-deps -e ." in post
+    assert "--no-deps -r requirements-nodeps.txt" in post and "requirements-nodeps.txt" in make
     assert "normlimits.lab --configure-only" in post
     assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-3.11"
     result = run_tool(tool("shellcheck"), str(ROOT / "binder" / "postBuild"))
