@@ -146,3 +146,20 @@ def test_gpt2_random_has_gpt2_small_shape():
     assert 124_000_000 < loaded.n_params < 125_000_000
     assert loaded.model.config._attn_implementation == "eager"
     assert any("timings" in note for note in loaded.notes)
+
+
+def test_a_chapter_may_name_the_stand_in_as_its_offline_model(monkeypatch):
+    """offline='standin': where the setting is unset and GPT-2 cannot be had, the stand-in (not the
+    real offline model), with the chapter's reason in its notes; a set setting wins."""
+    import normlimits.gguf_models as gguf_models
+    import normlimits.standin as standin
+
+    _offline(monkeypatch)
+    sentinel = _sentinel("standin")
+    monkeypatch.setattr(standin, "load_standin", lambda corpus=None, recipe=None: sentinel)
+    monkeypatch.setattr(gguf_models, "load_smollm2", lambda setting=None, where=None: pytest.fail("no"))
+    loaded = load_model(offline="standin", offline_reason="the removal sweep is too slow at 135M")
+    assert loaded is sentinel
+    assert any("this chapter runs on standin: the removal sweep is too slow at 135M." in n
+               for n in loaded.notes)
+    assert load_model("gpt2-random", offline="standin").name == "gpt2-random"

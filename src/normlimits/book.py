@@ -148,8 +148,13 @@ class ProvenanceBanner:
 
 
 def start_chapter(chapter: str, model: str | None = None, windows: int | None = None,
-                  show: bool = True) -> ChapterContext:
+                  show: bool = True, offline: str | None = None,
+                  offline_reason: str = "") -> ChapterContext:
     """Load model and corpus for ``chapter`` and display the provenance banner.
+
+    ``offline``: the model this chapter runs on when the model setting is unset and GPT-2 cannot
+    be had, instead of the book's offline default (the real pretrained model); ``offline_reason``
+    says why, in the banner. A model setting that is set is always honoured as it is.
 
     In a Jupyter kernel it also keeps every value the chapter glues (``glued.install``), so that
     JupyterLab (``make lab``) shows the glued numbers in the prose as the book does.
@@ -160,7 +165,7 @@ def start_chapter(chapter: str, model: str | None = None, windows: int | None = 
     configure_torch()
     glued.install()
     torch.manual_seed(0)
-    loaded = load_model(model)
+    loaded = load_model(model, offline=offline, offline_reason=offline_reason)
     corpus = load_corpus()
     ctx = ChapterContext(chapter, loaded, corpus, window_count(windows))
     if show:

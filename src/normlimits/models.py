@@ -405,12 +405,24 @@ def _unavailable(why: ModelError) -> str:
     return f"GPT-2 could not be loaded ({text})"
 
 
-def _offline_fallback(where: Placement, why: ModelError) -> LoadedModel:
+def _offline_fallback(where: Placement, why: ModelError, offline: str | None = None,
+                      offline_reason: str = "") -> LoadedModel:
     """What the unset model setting means when GPT-2 cannot be had: the real pretrained model
-    shipped offline (SmolLM2-135M), else the stand-in; the returned model's notes say why."""
+    shipped offline (SmolLM2-135M), else the stand-in; or the caller's ``offline`` model (a
+    chapter for which that is the right one, ``offline_reason`` saying why). The returned model's
+    notes say why."""
     from .gguf_models import GGUFError, load_smollm2
 
     reason = _unavailable(why)
+    if offline is not None:
+        from .standin import load_standin
+
+        if offline not in (STANDIN, STANDIN_ROPE):
+            raise ValueError(f"offline={offline!r}: a chapter's offline model must be a stand-in")
+        loaded = _placed(load_standin(recipe=offline), where)
+        loaded.notes.append(f"{MODEL_ENV} is unset and {reason}, so this chapter runs on "
+                            f"{offline}: {offline_reason}".rstrip(": ") + ".")
+        return loaded
     try:
         loaded = load_smollm2(setting=REAL_OFFLINE, where=where)
     except GGUFError as exc:
@@ -426,7 +438,8 @@ def _offline_fallback(where: Placement, why: ModelError) -> LoadedModel:
 
 
 def load_model(name: str | None = None, *, origin: str = MODEL_ENV, device: str | None = None,
-               dtype: str | torch.dtype | None = None) -> LoadedModel:
+               dtype: str | torch.dtype | None = None, offline: str | None = None,
+               offline_reason: str = "") -> LoadedModel:
     """Resolve ``name`` (default: ``NORMLIMITS_MODEL``) to a :class:`LoadedModel`.
 
     ``origin`` names where ``name`` came from in error messages (default the setting; the bench
@@ -434,7 +447,9 @@ def load_model(name: str | None = None, *, origin: str = MODEL_ENV, device: str 
     Unset means GPT-2 if the local cache or the hub has it, else the real pretrained model shipped
     offline (``smollm2-135m``), else the stand-in (the returned model's ``notes`` say why). Set
     explicitly, any failure raises :class:`ModelError`; an empty value passed in code (``name=""``,
-    e.g. ``--model ''``) is refused rather than read as unset.
+    e.g. ``--model ''``) is refused rather than read as unset. ``offline`` (with
+    ``offline_reason``) replaces the offline default where the setting is unset and GPT-2 cannot
+    be had (see :func:`normlimits.book.start_chapter`).
     """
     where = placement(device, dtype)
     if name is not None and not name.strip():
@@ -448,7 +463,7 @@ def load_model(name: str | None = None, *, origin: str = MODEL_ENV, device: str 
         except UnsupportedModelError:
             raise
         except ModelError as exc:
-            return _offline_fallback(where, exc)
+            return _offline_fallback(where, exc, offline, offline_reason)
     if setting in (STANDIN, STANDIN_ROPE):
         from .standin import load_standin
 
