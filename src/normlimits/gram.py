@@ -7,7 +7,9 @@ distance: for near-duplicate vectors (``||a - b||`` below ~1e-8 of their norms i
 all rounding, and clamping at 0 returns 0. :func:`refine_squared` keeps the expansion where its
 error bound is small against the result, ``||a - b||^2 >= GRAM_FLOOR (||a||^2 + ||b||^2)``
 (relative error of the distance then at most ``(d + 2) u / GRAM_FLOOR``, 3.7e-12 for d = 64 in
-float64), and recomputes every other entry from the direct difference ``a - b``.
+float64), and recomputes every other entry from the direct difference ``a - b``. Vectors whose
+squared norms underflow (below about 1e-300 in float64) are out of its scope, as of every
+formula here that squares them.
 """
 
 from __future__ import annotations
