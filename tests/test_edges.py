@@ -114,6 +114,20 @@ def test_the_direct_form_serves_rows_where_expm1_overflows():
         assert _rel(g, exact_g(l[0], v[0], t, 10.0)) < 1e-13, t
 
 
+def test_masked_keys_never_reach_expm1():
+    """A causal row whose masked key sits where eps (v - v_top) / T would overflow expm1
+    (v_top < 0): masked keys drop out exactly (a NaN from 0 * inf reached the audit's report)."""
+    l = torch.tensor([[0.0, -1.0, float("-inf")]], dtype=torch.float64)
+    v = torch.tensor([[-0.6, -0.8, 0.0]], dtype=torch.float64)
+    for t in (1e-3, 5e-3, 1e-2, 1.0):
+        g = J.finite_difference_sensitivity(l, [t], [1e-3, 10.0], v)[0, :, 0]
+        assert bool(torch.isfinite(g).all())
+        for k, e in enumerate((1e-3, 10.0)):
+            assert _rel(float(g[k]), exact_g(l[0], v[0], t, e)) < 1e-13 or float(g[k]) < 1e-300
+    prof = J.sensitivity_profile([l[None].expand(2, 1, 3)], [5e-3, 1.0], (10.0,))
+    assert bool(torch.isfinite(prof.g).all())
+
+
 _temperatures = st.sampled_from([1e-2, 0.02, 0.05, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0])
 
 

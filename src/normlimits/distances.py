@@ -34,7 +34,11 @@ the earlier key ranks first; only the first ``max(grid)`` places matter);
 ``||y_k - s_N||^2 = alpha_k^2 ||x_k||^2 - 2 alpha_k <x_k, s_N> + ||s_N||^2`` needs only
 ``<x_k, s_N>``: one matmul ``x @ S^T`` of cost ``L * d * n`` per row and head, cheaper than the
 ``L x L`` Gram matrix whenever the grid has fewer than ``L`` points, and it never materialises an
-``[L, L]`` array per row. The Jensen term separates (``sqrt(f_N sigma2_i) = sqrt(f_N)
+``[L, L]`` array per row. Where that expansion cannot resolve the distance (near-duplicates of
+``s_N``: ``||y_k - s_N||^2`` below ``2^-9 (max ||y||^2 + ||s_N||^2)``), the entry is recomputed
+from the difference ``y_k - s_N`` itself (:mod:`normlimits.gram`); the same holds for E's main
+sum, ``||y_i - lam T||``. ``m_out`` and ``sum_{i not in I_N} alpha_i^2`` are sums over the keys
+outside (exactly 0 at N = L). The Jensen term separates (``sqrt(f_N sigma2_i) = sqrt(f_N)
 sqrt(sigma2_i)``), so it costs ``O(L)`` per row for the whole grid; the main sum and the rms bound
 cost ``L * n`` each. ``d_1`` uses the distances from every key to the ``max(grid)`` top keys
 (``L * N_max * d``) and a running maximum. The work is split into chunks of (head, row) problems

@@ -557,20 +557,24 @@ def _softmax64(x: Tensor) -> Tensor:
 #: below this on every visible key: ``expm1`` and the squares of the unnormalised changes (at most
 #: ``(2 e^300)^2``) cannot overflow
 IDENTITY_MAX_EXPONENT = 300.0
-#: weights below this are not held to full relative precision (subnormal, or 0 by underflow); the
-#: identity path multiplies by them, so it is used only where their possible share of the change
-#: is below ``2^-60`` of it
-_PRECISE_WEIGHT = 2.0 ** -1000
-_LOG_PRECISE_WEIGHT = -1000 * math.log(2.0)
+#: weights below this (float64's smallest normal number) are subnormal or 0 by underflow, not
+#: held to full relative precision; the identity path multiplies by them, so it is used only where
+#: their possible share of the change is below ``2^-60`` of it, or where the perturbation cannot
+#: raise them by more than ``2^20`` (then the direct form holds them no better)
+_PRECISE_WEIGHT = torch.finfo(torch.float64).tiny
+_LOG_PRECISE_WEIGHT = math.log(_PRECISE_WEIGHT)
 _LOG_SHARE = -60 * math.log(2.0)
+_LOG_GAIN = 20 * math.log(2.0)
 
 
 def _top_shift(logits: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
     """For rows ``logits`` [..., L] (float64, masked keys ``-inf``) and ``directions`` [..., L]:
-    ``w = v - v_top`` (``v_top`` the direction at the largest logit, so ``w_top = 0`` exactly) and
-    the mask of the visible keys, each [..., L]."""
+    ``w = v - v_top`` (``v_top`` the direction at the largest logit, so ``w_top = 0`` exactly),
+    and the same with ``-inf`` on the masked keys (``expm1`` of it is -1, times a weight 0: the
+    masked keys drop out of every sum, maximum and test without a mask). Each [..., L]."""
     top = logits.argmax(-1, keepdim=True)
-    return directions - directions.gather(-1, top), torch.isfinite(logits)
+    w = directions - directions.gather(-1, top)
+    return w, torch.where(torch.isfinite(logits), w, float("-inf"))
 
 
 def _norm(x: Tensor) -> Tensor:
@@ -587,13 +591,12 @@ def _norm(x: Tensor) -> Tensor:
     return norm
 
 
-def _change_norms(logits: Tensor, w: Tensor, visible: Tensor, a: Tensor, inv_t: Tensor,
-                  epsilons: Tensor) -> Tensor:
+def _change_norms(logits: Tensor, w: Tensor, a: Tensor, inv_t: Tensor, epsilons: Tensor) -> Tensor:
     """``||softmax((l + eps v)/T) - softmax(l/T)||_2`` for every temperature of ``inv_t`` and every
     epsilon, without cancellation: the one code path of Figure 4 (:func:`finite_difference_sensitivity`
     and :func:`sensitivity_profile`).
 
-    Shapes: ``logits`` [..., L] float64; ``w``, ``visible`` from :func:`_top_shift`; ``a``
+    Shapes: ``logits`` [..., L] float64; ``w`` from :func:`_top_shift` (``-inf`` on masked keys); ``a``
     [g, ..., L] = ``softmax(l/T)`` at each of the ``g`` temperatures; ``inv_t`` [g, 1, ...]
     (``1/T``, one trailing 1 per dimension of ``logits``); ``epsilons`` [nE]. Returns [g, nE, ...].
 
@@ -605,8 +608,9 @@ def _change_norms(logits: Tensor, w: Tensor, visible: Tensor, a: Tensor, inv_t: 
     others' changes (``sum_{j != top} a_j (u_j - <a, u>) = <a, u> (1 - sum_{j != top} a_j)``),
     formed from the same sum ``<a, u>`` and never as a difference of two numbers near 1 (which
     lost it at low T, where ``1 - a_top`` is below 1e-16). Where ``z`` exceeds
-    :data:`IDENTITY_MAX_EXPONENT` on a visible key, or a weight that underflowed (below 2^-1000)
-    could carry more than ``2^-60`` of the change, the row is computed in the stable direct form
+    :data:`IDENTITY_MAX_EXPONENT` on a visible key, or a weight that underflowed (subnormal or 0)
+    could be raised by the perturbation to more than ``2^-60`` of the change (and by more than a
+    factor ``2^20``), the row is computed in the stable direct form
     ``softmax((l + eps v)/T) - a`` with the top key's change as minus the sum of the others'.
     """
     nd = logits.dim()
@@ -622,15 +626,15 @@ def _change_norms(logits: Tensor, w: Tensor, visible: Tensor, a: Tensor, inv_t: 
     del num, u
     denominator = 1 + au.squeeze(-1)
     # rows the identity cannot serve: overflow of expm1, or underflowed weights that matter
-    w_max = torch.where(visible, w, float("-inf")).amax(-1)                   # [...]
-    unsafe = (scale.squeeze(-1) * w_max) > IDENTITY_MAX_EXPONENT              # [g, nE, ...]
-    small = (a < _PRECISE_WEIGHT) & visible                                   # [g, ..., L]
-    if bool(small.any()):
+    z_scale = scale.squeeze(-1)                                               # [g, nE, 1...]
+    unsafe = (z_scale * w.amax(-1)) > IDENTITY_MAX_EXPONENT                   # [g, nE, ...]
+    small = a < _PRECISE_WEIGHT                                               # [g, ..., L]
+    if bool(small.any()):                          # (masked keys: w = -inf, never counted)
         w_small = torch.where(small, w, float("-inf")).amax(-1).unsqueeze(1)  # [g, 1, ...]
-        # an underflowed weight's true value is below 2^-1000, its share of the unnormalised
-        # change below 2^-1000 e^z: negligible where that is below 2^-60 of the change's norm
-        lost = scale.squeeze(-1) * w_small + _LOG_PRECISE_WEIGHT
-        unsafe |= (w_small > float("-inf")) & (lost > norm.log() + _LOG_SHARE)
+        # an underflowed weight's true value is below 2^-1022, its share of the unnormalised
+        # change below 2^-1022 e^z: negligible where that is below 2^-60 of the change's norm
+        z_small = z_scale * w_small
+        unsafe |= (z_small > _LOG_GAIN) & (z_small + _LOG_PRECISE_WEIGHT > norm.log() + _LOG_SHARE)
     out = norm.div_(denominator)
     if bool(unsafe.any()):
         ti, ei, *ri = unsafe.nonzero(as_tuple=True)
@@ -666,12 +670,12 @@ def finite_difference_sensitivity(logits: Tensor, temperatures, epsilons, direct
     v = directions.to(torch.float64)
     lead = l64.shape
     per_t = max(1, chunk_elements // max(1, l64.numel() * (e.numel() + 1)))
-    w, visible = _top_shift(l64, v)
+    w0, w = _top_shift(l64, v)
     out = []
     for start in range(0, t.numel(), per_t):
         inv_t = t[start:start + per_t].reciprocal().reshape((-1,) + (1,) * len(lead))
         a = _softmax64(l64.unsqueeze(0) * inv_t)                              # [nt, ..., L]
-        norms = _change_norms(l64, w, visible, a, inv_t, e)                  # [nt, nE, ...]
+        norms = _change_norms(l64, w, a, inv_t, e)                           # [nt, nE, ...]
         out.append(norms / e.reshape((1, -1) + (1,) * (len(lead) - 1)))
     return torch.cat(out, 0)
 
@@ -758,7 +762,7 @@ def _row_stats(logits: Tensor, temperatures: Tensor, epsilons: Tensor, direction
     l64 = logits.to(torch.float64)
     v = directions.to(torch.float64)
     nd = l64.dim()
-    w, visible = _top_shift(l64, v)
+    w0, w = _top_shift(l64, v)
     inv_e = (1.0 / epsilons).reshape((1, -1) + (1,) * (nd - 1))
     group = max(1, group_elements // max(1, l64.numel() * epsilons.numel()))
     out: dict[str, list[Tensor]] = {k: [] for k in ("g", "g_linear", "norm_mean", "norm_max")}
@@ -766,9 +770,9 @@ def _row_stats(logits: Tensor, temperatures: Tensor, epsilons: Tensor, direction
         t = temperatures[start:start + group]
         inv_t = t.reciprocal().reshape((-1,) + (1,) * nd)                 # [g, 1, ...]
         a = _softmax64(l64.unsqueeze(0) * inv_t)                         # [g, ..., L]
-        change = _change_norms(l64, w, visible, a, inv_t, epsilons)     # [g, nE, ...]
+        change = _change_norms(l64, w, a, inv_t, epsilons)              # [g, nE, ...]
         out["g"].append((change * inv_e).sum(-1))
-        out["g_linear"].append((_linearised(a, w) * inv_t.squeeze(-1)).sum(-1))
+        out["g_linear"].append((_linearised(a, w0) * inv_t.squeeze(-1)).sum(-1))
         norm = top_eigenvalue(a, tol=1e-10, validate=False, tail=SECULAR_TAIL) * inv_t.squeeze(-1)
         out["norm_mean"].append(norm.sum(-1))
         out["norm_max"].append(norm.amax(-1))

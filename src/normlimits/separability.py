@@ -11,7 +11,8 @@ condition holds by construction), and
 
     N_s = #{ i in I_N : || s - alpha_i x_i ||_2 < r }        (strict: the boundary token does not count).
 
-For N = 1, ``s - alpha_1 x_1 = 0 < r``, so ``N_s / N = 1`` trivially (whenever r > 0).
+For N = 1, ``s - alpha_1 x_1 = 0 < r``, so ``N_s / N = 1`` trivially (whenever r > 0; r = 0
+only when a non-selected key's ``alpha_j x_j`` equals ``s`` exactly).
 
 Causality: a row at query position t sees keys 0..t only (t + 1 keys). ``N_s`` needs at least
 one non-selected visible key, so it is undefined (NaN here) for rows with ``t + 1 <= N``.
@@ -33,7 +34,12 @@ the grid:
   non-selected ranks N..K-1, and every other key (rank >= K) is non-selected for every N;
 - a selected token is inside when ``f_i < min_{j not selected} f_j``: the common ``||s||^2``
   cancels exactly, so near-ties are decided without rounding the large term (single precision
-  is enough).
+  is enough), and the top-K keys' ``f`` is rounded exactly like every other key's (exact
+  duplicates tie exactly);
+- where the expansion still cannot decide (a selected token's ``f`` within its error bound
+  ``4 (d + 4) u (||s||^2 + max_j ||alpha_j x_j||^2)`` of the minimum, or ``r^2`` below
+  ``2^-9`` of that scale: near-duplicate vectors), that (row, N) problem is solved again from
+  direct differences in float64; so N = 1 gives ``N_s / N = 1`` whenever ``r > 0``.
 
 No Python loop runs over tokens or N; the loop is over blocks of (layer, head) pairs and of
 rows, which bounds memory at about ``block_elements`` floats per temporary.
