@@ -35,7 +35,7 @@ the earlier key ranks first; only the first ``max(grid)`` places matter);
 ``<x_k, s_N>``: one matmul ``x @ S^T`` of cost ``L * d * n`` per row and head, cheaper than the
 ``L x L`` Gram matrix whenever the grid has fewer than ``L`` points, and it never materialises an
 ``[L, L]`` array per row. Where that expansion cannot resolve the distance (near-duplicates of
-``s_N``: ``||y_k - s_N||^2`` below ``2^-9 (max ||y||^2 + ||s_N||^2)``), the entry is recomputed
+``s_N``: ``||y_k - s_N||^2`` below ``2^-9 (||y_k||^2 + ||s_N||^2)``), the entry is recomputed
 from the difference ``y_k - s_N`` itself (:mod:`normlimits.gram`); the same holds for E's main
 sum, ``||y_i - lam T||``. ``m_out`` and ``sum_{i not in I_N} alpha_i^2`` are sums over the keys
 outside (exactly 0 at N = L). The Jensen term separates (``sqrt(f_N sigma2_i) = sqrt(f_N)
@@ -266,13 +266,12 @@ def _profile_chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, visible: Te
     dist = torch.matmul(x, s.reshape(b, r * n, d).transpose(-1, -2)).view(b, L, r, n)
     dist.mul_(w_t[..., None] * -2.0).add_(y2[..., None]).add_(s2[:, None])
     # near-duplicates of s_N: the expansion is all rounding there, use the difference itself
-    y2_max = y2.amax(1)                                                       # [b, r]
 
     def direct(index):
         bi, li, ri, ni = index
         return (w[bi, ri, li, None] * x[bi, li] - s[bi, ri, ni]).square().sum(-1)
 
-    refine_squared(dist, (y2_max[..., None] + s2)[:, None], outside, direct)
+    refine_squared(dist, y2[..., None] + s2[:, None], outside, direct)
     dist.clamp_min_(0).sqrt_().mul_(outside)
     true = dist.sum(1)                                                        # [b, r, n]
     del dist
@@ -309,8 +308,7 @@ def _profile_chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, visible: Te
             return (w[bi, ri, li, None] * x[bi, li]
                     - lam[ri, ni, None] * total[bi, ri]).square().sum(-1)
 
-        refine_squared(m, (y2.amax(1)[:, None, :, None] + (lam * lam) * t2[:, None, :, None]),
-                       vis_n, direct_main)
+        refine_squared(m, y2[..., None] + (lam * lam) * t2[:, None, :, None], vis_n, direct_main)
         m.clamp_min_(0).sqrt_()
         res["expected_main"] = keep * (1 + c) * torch.einsum("blrn,lr->brn", m, vis_t)
         if jensen:

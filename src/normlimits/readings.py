@@ -246,7 +246,7 @@ def _family_distances(x: Tensor, x2: Tensor, w_t: Tensor, y2: Tensor, s: Tensor,
             bi, li, ri, ni = index
             return (w_t[bi, li, ri, None] * x[bi, li] - s[bi, ri, ni]).square().sum(-1)
 
-        refine_squared(dist, y2.amax(1)[:, None, :, None] + s2, outside, direct_scaled)
+        refine_squared(dist, y2[..., None] + s2, outside, direct_scaled)
         res["scaled"] = dist.clamp_min_(0).sqrt_().mul_(outside).sum(1)
     if "raw" in forms or "weighted" in forms:
         dist = torch.add(x2[:, :, None, None] + s2, cross, alpha=-2.0)
@@ -255,7 +255,7 @@ def _family_distances(x: Tensor, x2: Tensor, w_t: Tensor, y2: Tensor, s: Tensor,
             bi, li, ri, ni = index
             return (x[bi, li] - s[bi, ri, ni]).square().sum(-1)
 
-        refine_squared(dist, x2.amax(1)[:, None, None, None] + s2, outside, direct_raw)
+        refine_squared(dist, x2[:, :, None, None] + s2, outside, direct_raw)
         dist.clamp_min_(0).sqrt_().mul_(outside)
         if "raw" in forms:
             res["raw"] = dist.sum(1)

@@ -39,7 +39,8 @@ the grid:
 - where the expansion still cannot decide (a selected token's ``f`` within its error bound
   ``4 (d + 4) u (||s||^2 + max_j ||alpha_j x_j||^2)`` of the minimum, or ``r^2`` below
   ``2^-9`` of that scale: near-duplicate vectors), that (row, N) problem is solved again from
-  direct differences in float64; so N = 1 gives ``N_s / N = 1`` whenever ``r > 0``.
+  direct differences in float64 (float64 inputs; float32 ones keep single precision); so N = 1
+  gives ``N_s / N = 1`` whenever ``r > 0`` in float64.
 
 No Python loop runs over tokens or N; the loop is over blocks of (layer, head) pairs and of
 rows, which bounds memory at about ``block_elements`` floats per temporary.
@@ -391,6 +392,10 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
     if method == "gram" and not one_set:
         raise ValueError("method='gram' needs one set of vectors shared by the whole batch "
                          f"(got {v_flat.shape[0]} sets); use 'direct'.")
+    # the direct-difference refinement of undecidable problems: float64 computations only (in
+    # float32 the expansion's error bound, ~1e-4 of the scale, would send a large share of the
+    # problems there; float32 results keep single precision, which the sweep's margins allow for)
+    refine = dtype == torch.float64
     use_gram = method == "gram" or (method == "auto" and one_set and dim > k_max)
     gram = v_flat[0] @ v_t[0] if use_gram else None  # [L, L]: <x_i, x_j>
     per_key = k_max if use_gram else n_g  # the largest temporary: [heads, rows, per_key, keys]
@@ -496,7 +501,7 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
             delicate = (r2 < scale * GRAM_FLOOR) | (
                 ((f_top - min_f[..., None]).abs() <= slack[..., None]) & keep).any(-1)
             delicate &= defined
-            if bool(delicate.any()):
+            if refine and bool(delicate.any()):
                 pb, pr, pg = delicate.nonzero(as_tuple=True)
                 vecs = v_flat[vi[pb], :n_keys] if not shared else v_flat[vi[0], :n_keys]
                 d_rad, d_in = _direct_problems(
