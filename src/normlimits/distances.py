@@ -34,7 +34,11 @@ the earlier key ranks first; only the first ``max(grid)`` places matter);
 ``||y_k - s_N||^2 = alpha_k^2 ||x_k||^2 - 2 alpha_k <x_k, s_N> + ||s_N||^2`` needs only
 ``<x_k, s_N>``: one matmul ``x @ S^T`` of cost ``L * d * n`` per row and head, cheaper than the
 ``L x L`` Gram matrix whenever the grid has fewer than ``L`` points, and it never materialises an
-``[L, L]`` array per row. The Jensen term separates (``sqrt(f_N sigma2_i) = sqrt(f_N)
+``[L, L]`` array per row. Where that expansion cannot resolve the distance (near-duplicates of
+``s_N``: ``||y_k - s_N||^2`` below ``2^-9 (||y_k||^2 + ||s_N||^2)``), the entry is recomputed
+from the difference ``y_k - s_N`` itself (:mod:`normlimits.gram`); the same holds for E's main
+sum, ``||y_i - lam T||``. ``m_out`` and ``sum_{i not in I_N} alpha_i^2`` are sums over the keys
+outside (exactly 0 at N = L). The Jensen term separates (``sqrt(f_N sigma2_i) = sqrt(f_N)
 sqrt(sigma2_i)``), so it costs ``O(L)`` per row for the whole grid; the main sum and the rms bound
 cost ``L * n`` each. ``d_1`` uses the distances from every key to the ``max(grid)`` top keys
 (``L * N_max * d``) and a running maximum. The work is split into chunks of (head, row) problems
@@ -56,6 +60,7 @@ import torch
 from torch import Tensor
 
 from .critical_n import ks_critical_n  # noqa: F401  (re-exported: the KS test lives there)
+from .gram import refine_squared
 from .selection import top_n
 from .validation import finite_vectors, finite_weights
 
@@ -260,6 +265,13 @@ def _profile_chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, visible: Te
     # ||y_k - s_N||^2 = ||y_k||^2 - 2 alpha_k <x_k, s_N> + ||s_N||^2, in place.
     dist = torch.matmul(x, s.reshape(b, r * n, d).transpose(-1, -2)).view(b, L, r, n)
     dist.mul_(w_t[..., None] * -2.0).add_(y2[..., None]).add_(s2[:, None])
+    # near-duplicates of s_N: the expansion is all rounding there, use the difference itself
+
+    def direct(index):
+        bi, li, ri, ni = index
+        return (w[bi, ri, li, None] * x[bi, li] - s[bi, ri, ni]).square().sum(-1)
+
+    refine_squared(dist, y2[..., None] + s2[:, None], outside, direct)
     dist.clamp_min_(0).sqrt_().mul_(outside)
     true = dist.sum(1)                                                        # [b, r, n]
     del dist
@@ -289,6 +301,14 @@ def _profile_chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, visible: Te
         yt = w_t * torch.matmul(x, total.transpose(1, 2))                     # [b, L, r] <y,T>
         m = yt[..., None] * (-2.0 * lam)                                      # [b, L, r, n]
         m.add_(y2[..., None]).add_((lam * lam) * t2[:, None, :, None])
+        vis_n = visible.t()[None, :, :, None]                                 # [1, L, r, 1]
+
+        def direct_main(index):
+            bi, li, ri, ni = index
+            return (w[bi, ri, li, None] * x[bi, li]
+                    - lam[ri, ni, None] * total[bi, ri]).square().sum(-1)
+
+        refine_squared(m, y2[..., None] + (lam * lam) * t2[:, None, :, None], vis_n, direct_main)
         m.clamp_min_(0).sqrt_()
         res["expected_main"] = keep * (1 + c) * torch.einsum("blrn,lr->brn", m, vis_t)
         if jensen:
@@ -321,15 +341,22 @@ def _profile_chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, visible: Te
         del dd
         d1 = run.mul_(outside).amax(1).sqrt()                                 # [b, r, n]
         abar = res["top_n_mass"]
-        m_out = (w.sum(-1, keepdim=True) - abar).clamp_min(0)
-        sq_out = ((w * w).sum(-1, keepdim=True)
-                  - torch.cumsum(w_s * w_s, -1)[..., grid - 1]).clamp_min(0)
+        # m_out and sum_{i not in I_N} alpha_i^2 summed over the keys outside (not a total minus
+        # the top-N part, whose rounding noise is not 0 at N = L)
+        out_f = outside.to(dtype)
+        m_out = torch.einsum("blr,blrn->brn", w_t, out_f)
+        sq_out = torch.einsum("blr,blrn->brn", w_t * w_t, out_f)
+        del out_f
         n_out = (lens[:, None] - grid[None, :]).to(dtype)[None]              # [1, r, n] = L - N
+        linear = m_out + n_out * abar
         res["d1"] = d1
         res["x_max"] = x_max
-        res["bound_linear"] = m_out * d1 + x_max * (m_out + n_out * abar)
-        res["bound_cauchy"] = m_out * d1 + x_max * (n_out * (
-            sq_out + 2 * abar * m_out + n_out * abar ** 2)).clamp_min(0).sqrt()
+        res["bound_linear"] = m_out * d1 + x_max * linear
+        # (L - N) (sq_out + 2 abar m_out + (L - N) abar^2) = linear^2 + ((L - N) sq_out - m_out^2),
+        # the excess >= 0 by Cauchy-Schwarz: the Cauchy bound is never below the linear one
+        excess = (n_out * sq_out - m_out * m_out).clamp_min(0)
+        cauchy = torch.maximum((linear * linear + excess).sqrt(), linear)
+        res["bound_cauchy"] = m_out * d1 + x_max * cauchy
     return res
 
 

@@ -564,6 +564,103 @@ def _softmax64(x: Tensor) -> Tensor:
     return torch.softmax(x, dim=-1)
 
 
+#: the identity path of :func:`_change_norms` is used where ``eps (v_j - v_top) / T`` stays at or
+#: below this on every visible key: ``expm1`` and the squares of the unnormalised changes (at most
+#: ``(2 e^300)^2``) cannot overflow
+IDENTITY_MAX_EXPONENT = 300.0
+#: weights below this (float64's smallest normal number) are subnormal or 0 by underflow, not
+#: held to full relative precision; the identity path multiplies by them, so it is used only where
+#: their possible share of the change is below ``2^-60`` of it, or where the perturbation cannot
+#: raise them by more than ``2^20`` (then the direct form holds them no better)
+_PRECISE_WEIGHT = torch.finfo(torch.float64).tiny
+_LOG_PRECISE_WEIGHT = math.log(_PRECISE_WEIGHT)
+_LOG_SHARE = -60 * math.log(2.0)
+_LOG_GAIN = 20 * math.log(2.0)
+
+
+def _top_shift(logits: Tensor, directions: Tensor) -> tuple[Tensor, Tensor]:
+    """For rows ``logits`` [..., L] (float64, masked keys ``-inf``) and ``directions`` [..., L]:
+    ``w = v - v_top`` (``v_top`` the direction at the largest logit, so ``w_top = 0`` exactly),
+    and the same with ``-inf`` on the masked keys (``expm1`` of it is -1, times a weight 0: the
+    masked keys drop out of every sum, maximum and test without a mask). Each [..., L]."""
+    top = logits.argmax(-1, keepdim=True)
+    w = directions - directions.gather(-1, top)
+    return w, torch.where(torch.isfinite(logits), w, float("-inf"))
+
+
+def _norm(x: Tensor) -> Tensor:
+    """``||x||_2`` over the last dimension [..., L] -> [...], without underflow: rows whose norm
+    falls below 2^-480 (their squares lose digits or vanish) are recomputed in units of their
+    largest entry."""
+    norm = torch.linalg.vector_norm(x, dim=-1)
+    low = norm < 2.0 ** -480
+    if bool(low.any()):
+        sub = x[low]
+        m = sub.abs().amax(-1)
+        m = torch.where(m > 0, m, 1.0)
+        norm[low] = torch.linalg.vector_norm(sub / m[:, None], dim=-1) * m
+    return norm
+
+
+def _change_norms(logits: Tensor, w: Tensor, a: Tensor, inv_t: Tensor, epsilons: Tensor) -> Tensor:
+    """``||softmax((l + eps v)/T) - softmax(l/T)||_2`` for every temperature of ``inv_t`` and every
+    epsilon, without cancellation: the one code path of Figure 4 (:func:`finite_difference_sensitivity`
+    and :func:`sensitivity_profile`).
+
+    Shapes: ``logits`` [..., L] float64; ``w`` from :func:`_top_shift` (``-inf`` on masked keys); ``a``
+    [g, ..., L] = ``softmax(l/T)`` at each of the ``g`` temperatures; ``inv_t`` [g, 1, ...]
+    (``1/T``, one trailing 1 per dimension of ``logits``); ``epsilons`` [nE]. Returns [g, nE, ...].
+
+    With ``z = eps w / T`` (``w = v - v_top``: softmax does not see a common shift), ``u =
+    expm1(z)`` and ``<a, u> = sum_j a_j u_j``, exactly
+    ``softmax((l + eps v)/T) - a = a (u - <a, u>) / (1 + <a, u>)``: no two nearly equal softmaxes
+    are subtracted, and ``expm1`` keeps a ``z`` of 1e-7 to full precision. Since ``u_top = 0``,
+    the top key's change is ``-a_top <a, u> / (1 + <a, u>)``, which is minus the sum of the
+    others' changes (``sum_{j != top} a_j (u_j - <a, u>) = <a, u> (1 - sum_{j != top} a_j)``),
+    formed from the same sum ``<a, u>`` and never as a difference of two numbers near 1 (which
+    lost it at low T, where ``1 - a_top`` is below 1e-16). Where ``z`` exceeds
+    :data:`IDENTITY_MAX_EXPONENT` on a visible key, or a weight that underflowed (subnormal or 0)
+    could be raised by the perturbation to more than ``2^-60`` of the change (and by more than a
+    factor ``2^20``), the row is computed in the stable direct form
+    ``softmax((l + eps v)/T) - a`` with the top key's change as minus the sum of the others'.
+    """
+    nd = logits.dim()
+    g = a.shape[0]
+    scale = epsilons.reshape((1, -1) + (1,) * nd) * inv_t.unsqueeze(1)       # [g, nE, 1...]
+    u = torch.mul(w, scale)                                                   # z, [g, nE, ..., L]
+    u.expm1_()
+    a1 = a.unsqueeze(1)                                                       # [g, 1, ..., L]
+    num = u.mul_(a1)                                                          # a u
+    au = num.sum(-1, keepdim=True)                                            # <a, u>
+    num.addcmul_(a1, au, value=-1.0)                                          # a (u - <a, u>)
+    norm = _norm(num)
+    del num, u
+    denominator = 1 + au.squeeze(-1)
+    # rows the identity cannot serve: overflow of expm1, or underflowed weights that matter
+    z_scale = scale.squeeze(-1)                                               # [g, nE, 1...]
+    unsafe = (z_scale * w.amax(-1)) > IDENTITY_MAX_EXPONENT                   # [g, nE, ...]
+    small = a < _PRECISE_WEIGHT                                               # [g, ..., L]
+    if bool(small.any()):                          # (masked keys: w = -inf, never counted)
+        w_small = torch.where(small, w, float("-inf")).amax(-1).unsqueeze(1)  # [g, 1, ...]
+        # an underflowed weight's true value is below 2^-1022, its share of the unnormalised
+        # change below 2^-1022 e^z: negligible where that is below 2^-60 of the change's norm
+        z_small = z_scale * w_small
+        unsafe |= (z_small > _LOG_GAIN) & (z_small + _LOG_PRECISE_WEIGHT > norm.log() + _LOG_SHARE)
+    out = norm.div_(denominator)
+    if bool(unsafe.any()):
+        ti, ei, *ri = unsafe.nonzero(as_tuple=True)
+        lg = logits[tuple(ri)]                                                # [m, L]
+        vg = w[tuple(ri)]
+        inv = inv_t.reshape(g)[ti][:, None]
+        change = torch.softmax((lg + epsilons[ei][:, None] * vg) * inv, -1)   # w: v shifted
+        change -= torch.softmax(lg * inv, -1)
+        first = lg.argmax(-1, keepdim=True)                                  # the top key
+        change.scatter_(-1, first, 0.0)
+        change.scatter_(-1, first, -change.sum(-1, keepdim=True))             # minus the others
+        out[unsafe] = _norm(change)
+    return out
+
+
 def finite_difference_sensitivity(logits: Tensor, temperatures, epsilons, directions: Tensor, *,
                                   chunk_elements: int = 1 << 24) -> Tensor:
     """Algorithm 5's ``g(T, eps) = ||softmax((l + eps v)/T) - softmax(l/T)||_2 / eps`` per row.
@@ -571,7 +668,10 @@ def finite_difference_sensitivity(logits: Tensor, temperatures, epsilons, direct
     ``logits`` [..., L] (masked keys ``-inf``), ``directions`` [..., L] (unit rows, zero on masked
     keys; see :func:`random_unit_directions`), ``temperatures`` [nT], ``epsilons`` [nE]. Returns
     [nT, nE, ...] float64. Vectorised over rows and epsilons; temperatures are processed in chunks
-    so that no intermediate exceeds about ``chunk_elements`` numbers.
+    so that no intermediate exceeds about ``chunk_elements`` numbers. Computed without
+    cancellation (:func:`_change_norms`: the exact ``expm1`` identity, the top key's change as
+    minus the sum of the others'), so exact to rounding at every T and eps, including rows whose
+    top weight is within 1e-16 of 1.
     """
     t = _check_temperatures(temperatures)
     e = _check_epsilons(epsilons)
@@ -581,28 +681,38 @@ def finite_difference_sensitivity(logits: Tensor, temperatures, epsilons, direct
     v = directions.to(torch.float64)
     lead = l64.shape
     per_t = max(1, chunk_elements // max(1, l64.numel() * (e.numel() + 1)))
+    w0, w = _top_shift(l64, v)
     out = []
-    ebroad = e.reshape((-1,) + (1,) * len(lead))
-    shifted = l64.unsqueeze(0) + ebroad * v.unsqueeze(0)          # [nE, ..., L]
     for start in range(0, t.numel(), per_t):
-        tc = t[start:start + per_t].reshape((-1,) + (1,) * len(lead))
-        base = _softmax64(l64.unsqueeze(0) / tc)                  # [nt, ..., L]
-        pert = _softmax64(shifted.unsqueeze(0) / tc.unsqueeze(1))  # [nt, nE, ..., L]
-        diff = (pert - base.unsqueeze(1)).norm(dim=-1)
-        out.append(diff / ebroad.squeeze(-1).unsqueeze(0))
+        inv_t = t[start:start + per_t].reciprocal().reshape((-1,) + (1,) * len(lead))
+        a = _softmax64(l64.unsqueeze(0) * inv_t)                              # [nt, ..., L]
+        norms = _change_norms(l64, w, a, inv_t, e)                           # [nt, nE, ...]
+        out.append(norms / e.reshape((1, -1) + (1,) * (len(lead) - 1)))
     return torch.cat(out, 0)
+
+
+def _linearised(a: Tensor, w: Tensor) -> Tensor:
+    """``||diag(a) v - a (a . v)||_2`` for weights ``a`` [..., L] (leading shape broadcasting with
+    ``w`` of :func:`_top_shift`): with ``w = v - v_top``, entry ``j`` is ``a_j (w_j - <a, w>)``, so
+    the top key's is ``-a_top <a, w>``, minus the sum of the others' without a difference of
+    numbers near 1. Returns [...] (not divided by T)."""
+    jv = a * w
+    jv.addcmul_(a, jv.sum(-1, keepdim=True), value=-1.0)
+    return _norm(jv)
 
 
 def linearised_sensitivity(weights: Tensor, directions: Tensor, temperature: float = 1.0) -> Tensor:
     """The eps -> 0 limit of g: ``||J v||_2 = ||a * v - a (a . v)||_2 / T`` per row.
 
-    Shapes: ``weights``, ``directions`` [..., L] -> [...] float64.
+    Shapes: ``weights``, ``directions`` [..., L] -> [...] float64. Computed relative to the key
+    of largest weight (``v - v_top``; the top key's entry as minus the sum of the others'), so
+    rows whose top weight is within 1e-16 of 1 keep full relative precision.
     """
     t = check_temperature(temperature)
     a = weights.to(torch.float64)
     v = directions.to(torch.float64)
-    jv = a * v - a * (a * v).sum(-1, keepdim=True)
-    return jv.norm(dim=-1) / t
+    w, _ = _top_shift(a, v)
+    return _linearised(a, w) / t
 
 
 # --------------------------------------------------------------------------- sweeps
@@ -663,21 +773,17 @@ def _row_stats(logits: Tensor, temperatures: Tensor, epsilons: Tensor, direction
     l64 = logits.to(torch.float64)
     v = directions.to(torch.float64)
     nd = l64.dim()
-    ebroad = epsilons.reshape((-1,) + (1,) * nd)
-    shifted = l64.unsqueeze(0) + ebroad * v.unsqueeze(0)                # [nE, ..., L]
+    w0, w = _top_shift(l64, v)
     inv_e = (1.0 / epsilons).reshape((1, -1) + (1,) * (nd - 1))
-    group = max(1, group_elements // max(1, shifted.numel()))
+    group = max(1, group_elements // max(1, l64.numel() * epsilons.numel()))
     out: dict[str, list[Tensor]] = {k: [] for k in ("g", "g_linear", "norm_mean", "norm_max")}
     for start in range(0, temperatures.numel(), group):
         t = temperatures[start:start + group]
         inv_t = t.reciprocal().reshape((-1,) + (1,) * nd)                 # [g, 1, ...]
         a = _softmax64(l64.unsqueeze(0) * inv_t)                         # [g, ..., L]
-        pert = _softmax64(shifted.unsqueeze(0) * inv_t.unsqueeze(1))     # [g, nE, ..., L]
-        pert -= a.unsqueeze(1)
-        out["g"].append((torch.linalg.vector_norm(pert, dim=-1) * inv_e).sum(-1))
-        jv = a * v
-        jv -= a * jv.sum(-1, keepdim=True)
-        out["g_linear"].append((torch.linalg.vector_norm(jv, dim=-1) * inv_t.squeeze(-1)).sum(-1))
+        change = _change_norms(l64, w, a, inv_t, epsilons)              # [g, nE, ...]
+        out["g"].append((change * inv_e).sum(-1))
+        out["g_linear"].append((_linearised(a, w0) * inv_t.squeeze(-1)).sum(-1))
         norm = top_eigenvalue(a, tol=1e-10, validate=False, tail=SECULAR_TAIL) * inv_t.squeeze(-1)
         out["norm_mean"].append(norm.sum(-1))
         out["norm_max"].append(norm.amax(-1))

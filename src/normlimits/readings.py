@@ -61,6 +61,7 @@ from typing import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from .gram import refine_squared
 from .selection import top_n
 
 __all__ = ["FORMS", "FAMILY", "VECTORS", "STATISTICS", "CLOSED_FORMS", "row_statistics"]
@@ -139,7 +140,7 @@ def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
         n_grid: top-N sizes (ints >= 1; N >= a row's length selects every key of that row).
         lengths: ``[R]`` visible keys per row (``t + 1`` for the causal row t); default L.
         forms: which readings (:data:`FORMS`).
-        samples: Monte Carlo draws per row (0: no ``mc``; 1: no ``mc_var``).
+        samples: Monte Carlo draws per row (0: no ``mc``; 1: ``mc_var`` is NaN).
         mc_keys: estimate each draw's sum over the non-selected keys from this many keys drawn
             with replacement (unbiased); None: sum over every key.
         expectations: which closed forms to compute (``main``, ``rms``, ``upper``; empty for
@@ -240,11 +241,25 @@ def _family_distances(x: Tensor, x2: Tensor, w_t: Tensor, y2: Tensor, s: Tensor,
     s2 = (s * s).sum(-1)[:, None]                                             # [b, 1, r, n]
     cross = torch.matmul(x, s.reshape(b, r * n, -1).transpose(-1, -2)).view(b, L, r, n)
     res = {}
+    # near-duplicates of s: the expansion is all rounding there, the difference is used instead
+    # (normlimits.gram.refine_squared)
     if "scaled" in forms:      # ||y - s||^2 = ||y||^2 + ||s||^2 - 2 alpha <x, s>
         dist = torch.addcmul(y2[..., None] + s2, cross, w_t[..., None], value=-2.0)
+
+        def direct_scaled(index):
+            bi, li, ri, ni = index
+            return (w_t[bi, li, ri, None] * x[bi, li] - s[bi, ri, ni]).square().sum(-1)
+
+        refine_squared(dist, y2[..., None] + s2, outside, direct_scaled)
         res["scaled"] = dist.clamp_min_(0).sqrt_().mul_(outside).sum(1)
     if "raw" in forms or "weighted" in forms:
         dist = torch.add(x2[:, :, None, None] + s2, cross, alpha=-2.0)
+
+        def direct_raw(index):
+            bi, li, ri, ni = index
+            return (x[bi, li] - s[bi, ri, ni]).square().sum(-1)
+
+        refine_squared(dist, x2[:, :, None, None] + s2, outside, direct_raw)
         dist.clamp_min_(0).sqrt_().mul_(outside)
         if "raw" in forms:
             res["raw"] = dist.sum(1)
@@ -266,10 +281,24 @@ def _gathered_terms(x: Tensor, w: Tensor, rank: Tensor, s: Tensor, grid: Tensor,
     x2 = (xs * xs).sum(-1)[..., None]                                         # [b, r, m, 1]
     res = {}
     if "scaled" in forms:
-        dist = torch.addcmul(ws * ws * x2 + s2, cross, ws, value=-2.0)
+        y2s = ws * ws * x2
+        dist = torch.addcmul(y2s + s2, cross, ws, value=-2.0)
+
+        def direct_scaled(index):
+            bi, ri, mi, ni = index
+            return (ws[bi, ri, mi] * xs[bi, ri, mi] - s[bi, ri, ni]).square().sum(-1)
+
+        refine_squared(dist, y2s + s2, keep != 0, direct_scaled)
         res["scaled"] = dist.clamp_min_(0).sqrt_().mul_(keep).sum(2)
     if "raw" in forms or "weighted" in forms:
-        dist = torch.add(x2 + s2, cross, alpha=-2.0).clamp_min_(0).sqrt_().mul_(keep)
+        dist = torch.add(x2 + s2, cross, alpha=-2.0)
+
+        def direct_raw(index):
+            bi, ri, mi, ni = index
+            return (xs[bi, ri, mi] - s[bi, ri, ni]).square().sum(-1)
+
+        refine_squared(dist, x2 + s2, keep != 0, direct_raw)
+        dist.clamp_min_(0).sqrt_().mul_(keep)
         if "raw" in forms:
             res["raw"] = dist.sum(2)
         if "weighted" in forms:
@@ -313,9 +342,13 @@ def _chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, forms: tuple[str, .
     n = grid.numel()
     live_grid = torch.unique(grid[grid < int(lens.max())])                   # sorted
     # Every statistic of a row whose N selects all its keys: 0 for the family, ||T|| else.
-    out = {f: {st: (t_norm[..., None].expand(b, r, n) if (f == "norm_of_sum" and st != "mc_var")
-                    else w.new_zeros(b, r, n)).clone() for st in _stats(f, samples, wanted[f])}
-           for f in forms}
+    def filled(f: str, st: str) -> Tensor:
+        if st == "mc_var":            # no spread across draws; undefined from one draw
+            return torch.full((b, r, n), 0.0 if samples > 1 else float("nan"), dtype=w.dtype)
+        return (t_norm[..., None].expand(b, r, n).clone() if f == "norm_of_sum"
+                else w.new_zeros(b, r, n))
+
+    out = {f: {st: filled(f, st) for st in _stats(f, samples, wanted[f])} for f in forms}
     if "individual" in out.get("scaled", {}):     # S does not depend on N
         y_norm = (w * x.norm(dim=-1)[:, None, :]).sum(-1)                    # [b, r]
         out["scaled"]["individual"] = y_norm[..., None].expand(b, r, n).clone()

@@ -11,16 +11,19 @@ condition holds by construction), and
 
     N_s = #{ i in I_N : || s - alpha_i x_i ||_2 < r }        (strict: the boundary token does not count).
 
-For N = 1, ``s - alpha_1 x_1 = 0 < r``, so ``N_s / N = 1`` trivially (whenever r > 0).
+For N = 1, ``s - alpha_1 x_1 = 0 < r``, so ``N_s / N = 1`` trivially (whenever r > 0; r = 0
+only when a non-selected key's ``alpha_j x_j`` equals ``s`` exactly).
 
 Causality: a row at query position t sees keys 0..t only (t + 1 keys). ``N_s`` needs at least
 one non-selected visible key, so it is undefined (NaN here) for rows with ``t + 1 <= N``.
 
-Ties in the weights are broken by ``torch.topk``; they change N_s only at exact ties between
-positive weights of different vectors (a measure-zero event for real attention; exact zeros
-are harmless: a zero-weight token sits at distance ||s|| whether selected or not).
+Ties in the weights follow the book's rule (:func:`normlimits.selection.top_n`: among equal
+weights the earlier key ranks first), the same top-N set as the distances and readings use; they
+change N_s only at exact ties between positive weights of different vectors (exact zeros are
+harmless: a zero-weight token sits at distance ||s|| whether selected or not).
 
-Vectorisation. One partial sort (``topk`` with K = max N) per row serves every N of the grid:
+Vectorisation. One partial sort (:func:`normlimits.selection.top_n` with K = max N) per row serves every N of
+the grid:
 
 - ``s_N`` are prefix sums of the sorted ``alpha_k x_k``, for the whole grid one batched product
   ``[G, K] @ [K, d]`` per row (the [G, K] matrix holds the sorted weights below rank N);
@@ -31,7 +34,13 @@ Vectorisation. One partial sort (``topk`` with K = max N) per row serves every N
   non-selected ranks N..K-1, and every other key (rank >= K) is non-selected for every N;
 - a selected token is inside when ``f_i < min_{j not selected} f_j``: the common ``||s||^2``
   cancels exactly, so near-ties are decided without rounding the large term (single precision
-  is enough).
+  is enough), and the top-K keys' ``f`` is rounded exactly like every other key's (exact
+  duplicates tie exactly);
+- where the expansion still cannot decide (a selected token's ``f`` within its error bound
+  ``4 (d + 4) u (||s||^2 + max_j ||alpha_j x_j||^2)`` of the minimum, or ``r^2`` below
+  ``2^-9`` of that scale: near-duplicate vectors), that (row, N) problem is solved again from
+  direct differences in float64 (float64 inputs; float32 ones keep single precision); so N = 1
+  gives ``N_s / N = 1`` whenever ``r > 0`` in float64.
 
 No Python loop runs over tokens or N; the loop is over blocks of (layer, head) pairs and of
 rows, which bounds memory at about ``block_elements`` floats per temporary.
@@ -50,7 +59,9 @@ import torch
 from torch import Tensor
 
 from .protocol import SEPARABILITY_SPACED_ROWS
-from .validation import finite_vectors, finite_weights
+from .gram import GRAM_FLOOR
+from .selection import top_n
+from .validation import all_finite, finite_vectors, finite_weights
 
 __all__ = [
     "SeparabilityResult",
@@ -102,7 +113,13 @@ def check_n_grid(n_grid, length: int) -> Tensor:
     Every N must lie in 1..length-1: N_s needs at least one non-selected key (the radius is a
     minimum over them), so N = length has no radius.
     """
-    grid = torch.as_tensor(n_grid, dtype=torch.long).flatten()
+    grid = torch.as_tensor(n_grid).flatten()
+    if grid.is_floating_point():
+        if not bool(torch.isfinite(grid).all()) or not torch.equal(grid, grid.round()):
+            raise ValueError(f"top-N sizes must be integers (got {grid.tolist()}).")
+    elif grid.dtype == torch.bool or grid.is_complex():
+        raise ValueError(f"top-N sizes must be integers (got {grid.tolist()}).")
+    grid = grid.long()
     if grid.numel() == 0:
         raise ValueError("the N grid is empty; pass at least one top-N size, e.g. [1, 2, 4, 8].")
     if int(grid.min()) < 1 or int(grid.max()) > length - 1:
@@ -334,7 +351,6 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
     """
     if weights.dim() < 2 or vectors.dim() < 2:
         raise ValueError("weights must be [..., R, L] and vectors [..., L, d].")
-    finite_weights(weights)
     finite_vectors(vectors, argument="vectors")
     *batch, n_rows, length = weights.shape
     if vectors.shape[-2] != length:
@@ -343,6 +359,11 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
         raise ValueError("row_chunk must be >= 1.")
     grid = check_n_grid(n_grid, length)
     rows = _resolve_rows(rows, n_rows, length, causal)
+    if not causal or not all_finite(weights):
+        finite_weights(weights)          # raises on NaN/inf anywhere, on negatives when not causal
+    elif weights.numel() and float(weights.amin()) < 0:
+        # masked keys may hold any finite value: only the visible ones must be >= 0
+        finite_weights(weights.masked_fill(torch.arange(length)[None, :] > rows[:, None], 0.0))
     if method not in ("auto", "direct", "gram"):
         raise ValueError(f"method must be 'auto', 'direct' or 'gram' (got {method!r}).")
     dtype = torch.promote_types(weights.dtype, vectors.dtype)
@@ -371,6 +392,10 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
     if method == "gram" and not one_set:
         raise ValueError("method='gram' needs one set of vectors shared by the whole batch "
                          f"(got {v_flat.shape[0]} sets); use 'direct'.")
+    # the direct-difference refinement of undecidable problems: float64 computations only (in
+    # float32 the expansion's error bound, ~1e-4 of the scale, would send a large share of the
+    # problems there; float32 results keep single precision, which the sweep's margins allow for)
+    refine = dtype == torch.float64
     use_gram = method == "gram" or (method == "auto" and one_set and dim > k_max)
     gram = v_flat[0] @ v_t[0] if use_gram else None  # [L, L]: <x_i, x_j>
     per_key = k_max if use_gram else n_g  # the largest temporary: [heads, rows, per_key, keys]
@@ -423,7 +448,8 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
             shared = bool((vi == vi[0]).all())
             x_t = v_t[vi[0], :, :n_keys] if shared else v_t[vi, :, :n_keys]  # [(Bg,) d, Lc]
             xx = norms2[vi, :n_keys]  # [Bg, Lc]
-            vals, idx = a.masked_fill(hidden, float("-inf")).topk(k_max, dim=-1)  # [Bg, Rc, K]
+            # the book's tie rule (normlimits.selection): among equal weights the earlier key
+            vals, idx = top_n(a.masked_fill(hidden, float("-inf")), k_max)  # [Bg, Rc, K]
             vals = torch.where(valid_rank, vals, zero)
             # s_N for every N of the grid: [Bg*Rc, G, K] @ [Bg*Rc, K, d] -> [Bg, Rc, G, d]
             if use_gram:
@@ -449,27 +475,83 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
             # f = alpha^2 ||x||^2 + alpha (-2 <x, s_N>), and dist^2 = ||s||^2 + f; the same
             # expression for the top-K keys and for the rest, so ties are decided alike
             xx_top = torch.gather(xx, 1, idx.reshape(n_b, -1)).view(n_b, n_chunk, k_max)
-            f_top = torch.addcmul((vals * vals * xx_top)[:, :, None, :], ip_top, vals[:, :, None, :])
+            # (ip a, then + a^2 ||x||^2: two roundings, exactly the tail's below, so that equal
+            # vectors with equal weights get equal f whichever side of the top N they fall on)
+            f_top = torch.mul(ip_top, vals[:, :, None, :]).add_((vals * vals * xx_top)[:, :, None, :])
             min_top = f_top.masked_fill(~nonsel_top, inf).amin(-1)  # [Bg, Rc, G]
             # every other visible key (rank >= K) is non-selected for every N of the grid
             tail = visible.expand(n_b, n_chunk, n_keys).scatter(2, idx, False)
             a_t = torch.where(tail, a, zero)
-            c_t = torch.where(tail, a * a * xx[:, None, :], inf)  # [Bg, Rc, Lc]
+            yy = a * a * xx[:, None, :]  # ||alpha_j x_j||^2, [Bg, Rc, Lc]
+            c_t = torch.where(tail, yy, inf)
             f_tail = ip.mul_(a_t[:, :, None, :]).add_(c_t[:, :, None, :]).amin(-1)
             min_f = torch.minimum(min_top, f_tail)  # [Bg, Rc, G]: r^2 = ||s||^2 + min_f
             # X_i < r  <=>  X_i^2 - ||s||^2 < r^2 - ||s||^2: compare the f's, in which ||s||^2
             # cancels exactly (no rounding of the large common term; near-ties stay resolved)
             inside = (f_top < min_f[..., None]) & keep
             r2 = (ss + min_f).clamp_min_(0.0)
+            radius_b = r2.sqrt()
+            # Where the expansion cannot decide (near-duplicate vectors: r^2 small against
+            # ||s||^2 + max ||alpha_j x_j||^2, or a selected token's f within the expansion's
+            # error of min f), the problem is solved again from direct differences in float64
+            # (normlimits.gram; such problems are rare in attention data).
+            s_bound = (coef * xx_top.sqrt()[:, :, None, :]).sum(-1)  # >= ||s_N||
+            scale = s_bound * s_bound + torch.where(visible, yy, zero).amax(-1)[..., None]
+            slack = _expansion_error(dim if not use_gram else max(dim, k_max), dtype) * scale
+            delicate = (r2 < scale * GRAM_FLOOR) | (
+                ((f_top - min_f[..., None]).abs() <= slack[..., None]) & keep).any(-1)
+            delicate &= defined
+            if refine and bool(delicate.any()):
+                pb, pr, pg = delicate.nonzero(as_tuple=True)
+                vecs = v_flat[vi[pb], :n_keys] if not shared else v_flat[vi[0], :n_keys]
+                d_rad, d_in = _direct_problems(
+                    a[pb, pr], vecs, idx[pb, pr], visible[pr], grid[pg], k_max, block_elements)
+                inside[pb, pr, pg] = d_in
+                radius_b[pb, pr, pg] = d_rad.to(dtype)
             cnt = inside.sum(-1).to(dtype)
             fraction[bs, sel_rows] = torch.where(defined, cnt / grid.to(dtype), torch.nan)
             count[bs, sel_rows] = torch.where(defined, cnt, torch.nan)
-            radius[bs, sel_rows] = torch.where(defined, r2.sqrt(), torch.nan)
+            radius[bs, sel_rows] = torch.where(defined, radius_b, torch.nan)
             if keep_selection:
                 top_w[bs, sel_rows] = vals
                 order[bs, sel_rows] = idx
                 dist_mask[bs, sel_rows] = inside
     return _pack(*packed)
+
+
+def _expansion_error(dim: int, dtype: torch.dtype) -> float:
+    """Relative error bound of the expansion ``||s||^2 + alpha^2 ||x||^2 - 2 alpha <x, s>`` (and
+    of the difference of two such values), in units of ``||s||^2 + max ||alpha_j x_j||^2``:
+    ``4 (dim + 4) u`` for inner products of ``dim`` terms."""
+    return 4.0 * (dim + 4) * torch.finfo(dtype).eps / 2
+
+
+def _direct_problems(a: Tensor, vectors: Tensor, order: Tensor, visible: Tensor, n: Tensor,
+                     k_max: int, block_elements: int) -> tuple[Tensor, Tensor]:
+    """r and the inside mask of P single (row, N) problems from direct differences in
+    float64: ``a`` [P, Lc] weights, ``vectors`` [P, Lc, d] or [Lc, d] (shared), ``order``
+    [P, K] the top-K keys (the book's order), ``visible`` [P, Lc], ``n`` [P] the N of each.
+    Returns the radii [P] and the inside mask [P, K] (ranks >= N False)."""
+    p_count, n_keys = a.shape
+    dim = vectors.shape[-1]
+    step = max(1, block_elements // max(1, n_keys * dim))
+    radii, masks = [], []
+    ranks = torch.arange(k_max)
+    for p0 in range(0, p_count, step):
+        sl = slice(p0, p0 + step)
+        ap, op, vp, np_ = a[sl].double(), order[sl], visible[sl], n[sl]
+        xp = (vectors[sl] if vectors.dim() == 3 else vectors[None].expand(ap.shape[0], -1, -1)).double()
+        y = ap[..., None] * xp                                            # [p, Lc, d]
+        chosen = ranks[None, :] < np_[:, None]                            # [p, K]
+        y_top = torch.gather(y, 1, op[..., None].expand(-1, -1, dim))     # [p, K, d]
+        s = (y_top * chosen[..., None]).sum(1)                            # [p, d]
+        dist = (y - s[:, None, :]).norm(dim=-1)                           # [p, Lc]
+        selected = torch.zeros_like(vp).scatter_(1, op, chosen)           # [p, Lc]
+        r = torch.where(vp & ~selected, dist, float("inf")).amin(-1)      # [p]
+        inside = (torch.gather(dist, 1, op) < r[:, None]) & chosen        # [p, K]
+        radii.append(r)
+        masks.append(inside)
+    return torch.cat(radii), torch.cat(masks)
 
 
 def _pack(grid, rows, batch, fraction, radius, count, top_w, order, dist_mask) -> SeparabilityResult:
