@@ -20,7 +20,7 @@ from normlimits import readings as RD
 from normlimits import separability as S
 from normlimits.validation import InputError
 
-PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # ------------------------------------------------------------------------ exact references
