@@ -19,7 +19,7 @@ import torch
 LN2 = math.log(2.0)
 
 
-def held_out_texts(corpus_text: str, count: int = 8, size: int = 1025) -> list[str]:
+def held_out_texts(corpus_text: str, count: int = 8, size: int = 1024) -> list[str]:
     """``count`` consecutive texts of about ``size`` UTF-8 bytes from the held-out split of
     ``corpus_text`` (the stand-in's split), each cut at character boundaries (a character split
     by a cut is dropped from both texts); raises ValueError when the split is too short."""
