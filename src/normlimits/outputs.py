@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .cache import file_sha256 as _sha256
 from .cache import umask_mode
 
 __all__ = ["OutputError", "FolderOutput", "FileOutput", "MANIFEST", "read_manifest",
@@ -57,14 +58,6 @@ def check_target_text(text: str, option: str) -> Path:
         raise OutputError(f"{option} is empty: pass the path of the output "
                           f"(e.g. {option} audit-out); an empty value would mean the current folder.")
     return Path(str(text)).expanduser()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_manifest(folder: Path) -> dict | None:
