@@ -2,10 +2,12 @@
 
 Outside the book build: the MyST source is read with jupytext (as JupyterLab does under
 ``make lab``), executed with nbclient in a new ``python3`` kernel from the chapter's own folder,
-with a small window count (``NORMLIMITS_WINDOWS=2``) so it stays quick, and with the claims ledger
-sent to a temporary folder (``NORMLIMITS_LEDGER_DIR``) so the book's ledger is not touched. Every
-cell must run, every glue key the prose uses must be glued, and the chapter must record each claim
-it owes the ledger.
+with a small window count (``NORMLIMITS_WINDOWS=2``) on the stand-in (``NORMLIMITS_MODEL=standin``)
+and without replicas on other models (``NORMLIMITS_REPLICAS=off``) so it stays quick (the strict
+book build executes every chapter on the default model, replicas included), and with the claims
+ledger sent to a temporary folder (``NORMLIMITS_LEDGER_DIR``) so the book's ledger is not touched.
+Every cell must run, every glue key the prose uses must be glued, and the chapter must record each
+claim it owes the ledger.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.book
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOWS = "2"
+MODEL = "standin"
 CELL_TIMEOUT = 1500
 
 
@@ -71,6 +74,8 @@ def test_chapter_executes_in_a_fresh_kernel(path, tmp_path, monkeypatch):
 
     monkeypatch.setenv(ledger.LEDGER_ENV, str(tmp_path / "ledger"))
     monkeypatch.setenv("NORMLIMITS_WINDOWS", WINDOWS)
+    monkeypatch.setenv("NORMLIMITS_MODEL", MODEL)
+    monkeypatch.setenv("NORMLIMITS_REPLICAS", "off")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     nb = jupytext.read(path)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
@@ -80,7 +85,7 @@ def test_chapter_executes_in_a_fresh_kernel(path, tmp_path, monkeypatch):
         client.execute()
     except CellExecutionError as exc:
         pytest.fail(f"{path.name} failed when executed in a fresh kernel from {path.parent} "
-                    f"(NORMLIMITS_WINDOWS={WINDOWS}):\n{str(exc)[-4000:]}", pytrace=False)
+                    f"(NORMLIMITS_WINDOWS={WINDOWS}, NORMLIMITS_MODEL={MODEL}):\n{str(exc)[-4000:]}", pytrace=False)
     seconds = time.perf_counter() - start
     print(f"{path.name}: executed in {seconds:.0f} s")
 

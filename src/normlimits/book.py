@@ -175,6 +175,26 @@ def start_chapter(chapter: str, model: str | None = None, windows: int | None = 
     return ctx
 
 
+def other_models(ctx: ChapterContext) -> "object":
+    """Replay this chapter on the book's control models and show the verdicts side by side.
+
+    Call it after the chapter recorded its own verdicts (its ledger rows without a variant are
+    compared). Runs :func:`normlimits.replicas.replicate` (the chapter re-executed in a child kernel per
+    control model, rows recorded as variants), glues ``replica_words`` (a sentence: how many
+    verdicts each other model shares, which differ) and ``replica_models`` (their names), and
+    returns the table (a pandas DataFrame: one row per claim, "verdict (headline value)" per
+    model). Inside a replica it runs nothing.
+    """
+    from .ledger import ledger_dir, read_rows
+    from .replicas import agreement_frame, agreement_words, replicate
+
+    own = [r for r in read_rows(ledger_dir() / f"{ctx.chapter}.json") if not r.get("variant")]
+    runs = replicate(ctx)
+    names = ", ".join(run.replica.label for run in runs) or "none"
+    glue_all({"replica_words": agreement_words(own, runs), "replica_models": names})
+    return agreement_frame(own, runs)
+
+
 def check(condition, message: str) -> None:
     """Raise ``AssertionError(message)`` unless ``condition`` is true (the build then fails)."""
     if not bool(condition):

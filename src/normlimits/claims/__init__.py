@@ -25,8 +25,8 @@ from .base import Claim
 from .rules import KINDS, OPS, VERDICTS, Criterion, Rule, plain_text, regrade
 
 __all__ = ["Claim", "Criterion", "Rule", "Graded", "REGISTRY", "VERDICTS", "OPS", "KINDS",
-           "CHAPTER_MODULES", "claim", "expected_claims", "make_row", "record", "regrade", "plain_text",
-           "glue_key"]
+           "CHAPTER_MODULES", "claim", "expected_claims", "make_row", "record", "record_variant",
+           "regrade", "plain_text", "glue_key"]
 
 #: chapters whose claims are registered, in book order (a module of this package each)
 CHAPTER_MODULES = ("vanishing", "distances", "separability", "gradients", "alternatives",
@@ -180,3 +180,25 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
 
         _glue(glue_key(claim_id, variant), row["verdict"], display=False)
     return Graded(row)
+
+
+def record_variant(chapter: str, row: Mapping, variant: str) -> dict:
+    """Record ``row``, a ledger row measured elsewhere (a replica of the chapter on another model,
+    :mod:`normlimits.replicas`), in ``chapter``'s ledger under ``variant``; returns the written row.
+
+    The row must have been graded by its claim's registered rule: its rule, criteria, outcomes,
+    headline and verdict are compared with the registered rule applied to its own values, so a
+    replayed row cannot carry a verdict the registry does not give. A row that already names a
+    variant keeps it, joined to ``variant`` (``"a; b"``).
+    """
+    from .. import ledger
+
+    if not str(variant).strip():
+        raise ValueError(f"claim {row.get('id')!r}: a recorded variant needs a name")
+    registered = claim(row["id"]).rule.to_row({c["key"]: c["value"] for c in row["criteria"]})
+    for name in ("rule", "criteria", "outcomes", "headline", "verdict"):
+        if registered[name] != row[name]:
+            raise ValueError(f"claim {row['id']}: the row's {name} is not what the registered rule "
+                             "gives for its values; it was graded by another rule")
+    label = f"{row['variant']}; {variant}" if row.get("variant") else variant
+    return ledger.write_row({**row, "chapter": chapter, "variant": label})

@@ -1,0 +1,123 @@
+"""Replicas: a chapter replayed on another model in a child kernel, its rows recorded as variants."""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from normlimits import claims, ledger, replicas
+from normlimits.settings import SettingError
+
+TOY_CHAPTER = """---
+jupytext:
+  text_representation: {extension: .md, format_name: myst, format_version: 0.13}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+
+# Toy
+
+```{code-cell} ipython3
+import os
+from normlimits import claims, replicas
+assert replicas.is_replica(), "the child must know it is a replica"
+assert replicas.replicate(None) == [], "a replica never spawns replicas"
+if os.environ.get("TOY_FAIL"):
+    raise RuntimeError("toy failure " + os.environ["TOY_FAIL"])
+claims.record("toy", "C1S", {"outside": float(os.environ["TOY_VALUE"])}, measured="toy value",
+              model=os.environ["NORMLIMITS_MODEL"] + " (1.0M params)")
+if os.environ.get("TOY_STRAY"):
+    claims.record("toy", "L1", {"outside": 0, "exponent": -1.0}, measured="stray", model="x")
+```
+"""
+
+
+def test_replica_models_default_list_off_and_the_primary_left_out(monkeypatch):
+    monkeypatch.delenv(replicas.REPLICA_OF_ENV, raising=False)
+    monkeypatch.delenv(replicas.REPLICAS_ENV, raising=False)
+    assert replicas.replica_models("smollm2-135m") == replicas.DEFAULT_REPLICAS
+    assert replicas.replica_models("standin") == ()
+    monkeypatch.setenv(replicas.REPLICAS_ENV, "standin, standin-rope,standin")
+    assert replicas.replica_models("smollm2-135m") == ("standin", "standin-rope")
+    monkeypatch.setenv(replicas.REPLICAS_ENV, "off")
+    assert replicas.replica_models("smollm2-135m") == ()
+    monkeypatch.setenv(replicas.REPLICAS_ENV, "standin,,x")
+    with pytest.raises(SettingError, match="NORMLIMITS_REPLICAS='standin,,x' has an empty entry"):
+        replicas.replica_models("smollm2-135m")
+    monkeypatch.setenv(replicas.REPLICAS_ENV, "standin")
+    monkeypatch.setenv(replicas.REPLICA_OF_ENV, "distances")
+    assert replicas.replica_models("smollm2-135m") == ()
+
+
+def test_environment_is_restored_after_the_block(monkeypatch):
+    monkeypatch.setenv("NL_TEST_A", "1")
+    monkeypatch.delenv("NL_TEST_B", raising=False)
+    with replicas._environment({"NL_TEST_A": None, "NL_TEST_B": "2"}):
+        assert "NL_TEST_A" not in os.environ and os.environ["NL_TEST_B"] == "2"
+    assert os.environ["NL_TEST_A"] == "1" and "NL_TEST_B" not in os.environ
+
+
+@pytest.fixture
+def toy_book(tmp_path, monkeypatch):
+    (tmp_path / "_config.yml").write_text("title: toy\n")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/toy\n")
+    (tmp_path / "book").mkdir()
+    (tmp_path / "book" / "toy.md").write_text(TOY_CHAPTER)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(ledger.LEDGER_ENV, str(tmp_path / "ledger"))
+    monkeypatch.delenv(replicas.REPLICA_OF_ENV, raising=False)
+    monkeypatch.setenv("NORMLIMITS_CAPTURE_CACHE", "off")
+    for name in ("TOY_FAIL", "TOY_STRAY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TOY_VALUE", "0")
+    ctx = SimpleNamespace(chapter="toy", loaded=SimpleNamespace(name="primary"))
+    claims.record("toy", "C1S", {"outside": 0.0}, measured="own value", model="primary (1.0M params)",
+                  glue=False)
+    return tmp_path, ctx
+
+
+def test_a_replica_replays_the_chapter_and_records_its_rows_as_variants(toy_book):
+    root, ctx = toy_book
+    runs = replicas.replicate(ctx, [replicas.Replica("other", {"NORMLIMITS_MODEL": "other",
+                                                               "TOY_VALUE": "0.5"})])
+    assert len(runs) == 1 and runs[0].seconds > 0
+    rows = json.loads((root / "ledger" / "toy.json").read_text())
+    by_variant = {r.get("variant", ""): r for r in rows}
+    assert set(by_variant) == {"", "other"}
+    replayed = by_variant["other"]
+    assert replayed["model"] == "other (1.0M params)" and replayed["chapter"] == "toy"
+    assert replayed["criteria"][0]["value"] == 0.5
+    assert replayed["verdict"] == claims.claim("C1S").rule.grade({"outside": 0.5})
+    assert replayed["verdict"] != by_variant[""]["verdict"], "the toy values must grade differently"
+    ledger.validate_row(replayed)
+    words = replicas.agreement_words(ledger.read_rows(root / "ledger" / "toy.json"), runs)
+    assert "on other, 0 of 1 verdicts are the same" in words and "C1S" in words
+    frame = replicas.agreement_frame(ledger.read_rows(root / "ledger" / "toy.json"), runs)
+    assert list(frame.columns) == ["primary", "other", "same verdict"]
+    assert frame.loc["C1S", "same verdict"] == "no"
+
+
+def test_a_failing_replica_fails_the_chapter_with_its_error(toy_book, monkeypatch):
+    _, ctx = toy_book
+    monkeypatch.setenv("TOY_FAIL", "42")
+    with pytest.raises(replicas.ReplicaError, match="toy failure 42"):
+        replicas.replicate(ctx, [replicas.Replica("other", {"NORMLIMITS_MODEL": "other"})])
+
+
+def test_a_replica_may_not_record_claims_the_chapter_did_not(toy_book, monkeypatch):
+    _, ctx = toy_book
+    monkeypatch.setenv("TOY_STRAY", "1")
+    with pytest.raises(replicas.ReplicaError, match=r"recorded \['L1'\], which the chapter did not"):
+        replicas.replicate(ctx, [replicas.Replica("other", {"NORMLIMITS_MODEL": "other"})])
+
+
+def test_record_variant_refuses_a_row_graded_by_another_rule(toy_book):
+    root, _ = toy_book
+    row = ledger.read_rows(root / "ledger" / "toy.json")[0]
+    forged = {**row, "outcomes": [["else", "confirmed"]]}
+    with pytest.raises(ValueError, match="not what the registered rule gives"):
+        claims.record_variant("toy", forged, "other")
+    again = claims.record_variant("toy", {**row, "variant": "a"}, "b")
+    assert again["variant"] == "a; b"
