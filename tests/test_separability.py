@@ -177,6 +177,34 @@ def test_float32_agrees_except_near_ties():
     assert torch.allclose(r32.radius.double(), r64.radius, rtol=1e-4, atol=1e-6, equal_nan=True)
 
 
+def test_float32_resolves_a_repeated_token_with_nearly_equal_weight():
+    """A RoPE model's first layer: values depend on the token alone, so a repeated token gives two
+    identical vectors, and RoPE gives them nearly equal weights (SmolLM2-135M, layer 0, window 3,
+    row 895). At N = 1 the selected token sits at distance 0 from s and its twin at |a1 - a2|
+    ~ 1e-6, so r > 0 and N_s/N = 1 exactly; float32's expansion of r^2 is all rounding there and
+    gave 0 (below the sure bound of Assumption 2, which the separability chapter's guard caught)."""
+    gen = torch.Generator().manual_seed(0)
+    vectors = S.project_to_sphere(torch.randn(6, 64, generator=gen, dtype=torch.float64))
+    vectors[3] = vectors[1]                              # the repeated token
+    weights = torch.tensor([0.30, 0.024055302143096924, 0.015879511833190918, 0.02405429258942604,
+                            0.2, 0.0], dtype=torch.float64)
+    weights[0] = 1 - weights[1:].sum() - 0.4
+    weights[4] += 0.4                                     # the top key is key 4 or 0; rank 1 is key 1
+    weights = weights / weights.sum()
+    row = weights[None, None]                             # one head, one query row, 6 keys
+    for dtype in (torch.float64, torch.float32):
+        res = S.geometric_separability(row.to(dtype), vectors.to(dtype), [1, 2, 3], rows=[5],
+                                       causal=False)
+        ref = S.reference_fraction(row, vectors[None], [5], [1, 2, 3], causal=False)
+        assert torch.equal(res.fraction.double().nan_to_num(-1), ref.nan_to_num(-1)), dtype
+    # the twin case itself: only keys 1 and 3 carry weight besides tiny others, N = 1 selects key 1
+    twin = torch.tensor([1e-4, 0.024055302143096924, 1e-4, 0.02405429258942604, 1e-4, 1e-4],
+                        dtype=torch.float64)
+    res32 = S.geometric_separability(twin[None, None].float(), vectors.float(), [1], rows=[5], causal=False)
+    assert float(res32.fraction[0, 0, 0]) == 1.0, "float32 must re-solve the near-duplicate problem"
+    assert 0 < float(res32.radius[0, 0, 0]) < 1e-5
+
+
 def test_keep_selection_is_consistent():
     weights, vectors = random_problem(8, batch=2, length=20)
     grid = [1, 3, 6]

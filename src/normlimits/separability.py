@@ -39,8 +39,11 @@ the grid:
 - where the expansion still cannot decide (a selected token's ``f`` within its error bound
   ``4 (d + 4) u (||s||^2 + max_j ||alpha_j x_j||^2)`` of the minimum, or ``r^2`` below
   ``2^-9`` of that scale: near-duplicate vectors), that (row, N) problem is solved again from
-  direct differences in float64 (float64 inputs; float32 ones keep single precision); so N = 1
-  gives ``N_s / N = 1`` whenever ``r > 0`` in float64.
+  direct differences in float64. Near-duplicates are re-solved whatever the inputs' dtype (the
+  expansion's r is then all rounding, in float32 as in float64: a token repeated with nearly equal
+  weight, as in a RoPE model's first layer, whose values depend on the token alone); near-ties for
+  float64 inputs only (float32 ones keep single precision there). So N = 1 gives ``N_s / N = 1``
+  whenever ``r > 0``.
 
 No Python loop runs over tokens or N; the loop is over blocks of (layer, head) pairs and of
 rows, which bounds memory at about ``block_elements`` floats per temporary.
@@ -392,10 +395,14 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
     if method == "gram" and not one_set:
         raise ValueError("method='gram' needs one set of vectors shared by the whole batch "
                          f"(got {v_flat.shape[0]} sets); use 'direct'.")
-    # the direct-difference refinement of undecidable problems: float64 computations only (in
-    # float32 the expansion's error bound, ~1e-4 of the scale, would send a large share of the
-    # problems there; float32 results keep single precision, which the sweep's margins allow for)
-    refine = dtype == torch.float64
+    # the direct-difference refinement of undecidable problems. Near-duplicate problems (r^2 below
+    # GRAM_FLOOR of the scale, e.g. a token repeated with nearly equal weight where a layer's
+    # values depend on the token alone, as in a RoPE model's first layer) are re-solved in every
+    # dtype: there the expansion's result is all rounding, in float32 as in float64. Near-ties of a
+    # selected token's f with the minimum are re-solved for float64 computations only (in float32
+    # the expansion's error bound, ~1e-4 of the scale, would send a large share of the problems
+    # there; those results keep single precision, which the sweep's margins allow for).
+    refine_ties = dtype == torch.float64
     use_gram = method == "gram" or (method == "auto" and one_set and dim > k_max)
     gram = v_flat[0] @ v_t[0] if use_gram else None  # [L, L]: <x_i, x_j>
     per_key = k_max if use_gram else n_g  # the largest temporary: [heads, rows, per_key, keys]
@@ -498,10 +505,11 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
             s_bound = (coef * xx_top.sqrt()[:, :, None, :]).sum(-1)  # >= ||s_N||
             scale = s_bound * s_bound + torch.where(visible, yy, zero).amax(-1)[..., None]
             slack = _expansion_error(dim if not use_gram else max(dim, k_max), dtype) * scale
-            delicate = (r2 < scale * GRAM_FLOOR) | (
-                ((f_top - min_f[..., None]).abs() <= slack[..., None]) & keep).any(-1)
+            delicate = r2 < scale * GRAM_FLOOR
+            if refine_ties:
+                delicate |= (((f_top - min_f[..., None]).abs() <= slack[..., None]) & keep).any(-1)
             delicate &= defined
-            if refine and bool(delicate.any()):
+            if bool(delicate.any()):
                 pb, pr, pg = delicate.nonzero(as_tuple=True)
                 vecs = v_flat[vi[pb], :n_keys] if not shared else v_flat[vi[0], :n_keys]
                 d_rad, d_in = _direct_problems(
