@@ -76,3 +76,22 @@ def test_grids_are_the_books_choices_and_protocol_is_used_by_the_bench():
     assert config.fixed_n == P.FIXED_N and tuple(config.top_n) == P.TOP_N_GRID
     assert tuple(config.alphas) == P.KS_ALPHAS and tuple(config.epsilons) == P.EPSILONS
     assert bench.PAPER_TABLE1 is P.PAPER_TABLE1
+
+
+def test_sampling_is_full_up_to_gpt2_and_reduced_above():
+    from normlimits import protocol as P
+
+    stand_in = P.sampling_for(16, 1024, 8)
+    assert stand_in.full and stand_in.study_windows == 8 and stand_in.per_octave == P.POSITIONS_PER_OCTAVE
+    assert stand_in.reading_vectors == ("hidden", "values_sphere", "hidden_sphere")
+    assert stand_in.removal_windows == P.REMOVAL_WINDOWS
+    assert P.sampling_for(144, 1024, 8).full, "GPT-2 124M keeps the book's full sampling"
+    smollm2 = P.sampling_for(270, 1024, 8)
+    assert not smollm2.full
+    assert (smollm2.study_windows, smollm2.separability_windows, smollm2.removal_windows) == (
+        P.LARGE_STUDY_WINDOWS, P.LARGE_SEPARABILITY_WINDOWS, P.LARGE_REMOVAL_WINDOWS)
+    assert smollm2.per_octave == P.LARGE_POSITIONS_PER_OCTAVE and "hidden" not in smollm2.reading_vectors
+    assert P.sampling_for(270, 1024, 1).study_windows == 1, "never more windows than the setting"
+    assert "more than" in smollm2.words(270 * 1024) and "within" in stand_in.words(16 * 1024)
+    with pytest.raises(ValueError):
+        P.sampling_for(0, 1024, 8)

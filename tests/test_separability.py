@@ -438,3 +438,17 @@ def test_screen_margin_is_the_documented_constant_up_to_the_largest_dimension():
 def test_a_vector_of_norm_exactly_eps_counts_as_zero():
     with pytest.raises(ValueError, match="zero vector"):
         S.project_to_sphere(torch.tensor([[1e-12, 0.0], [1.0, 1.0]], dtype=torch.float64), eps=1e-12)
+
+
+def test_distinct_heads_groups_adjacent_copies_and_delta_follows():
+    gen = torch.Generator().manual_seed(3)
+    kv = torch.randn(3, 40, 8, generator=gen)
+    expanded = kv.repeat_interleave(3, dim=0)             # grouped-query: 9 heads, 3 groups
+    expanded[4, 7, 2] += 1e-6                             # head 4 no longer a copy of head 3
+    distinct, group = S.distinct_heads(expanded)
+    assert group.tolist() == [0, 0, 0, 1, 2, 3, 4, 4, 4]     # head 5 differs from head 4 now
+    assert torch.equal(distinct, expanded[[0, 3, 4, 5, 6]])
+    shared = S.min_pairwise_distance(distinct)[group]
+    assert torch.equal(shared, S.min_pairwise_distance(expanded))
+    with pytest.raises(ValueError, match=r"\[heads, L, d\]"):
+        S.distinct_heads(expanded[0])

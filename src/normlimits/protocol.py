@@ -35,6 +35,9 @@ __all__ = [
     "ALT_SYNTHETIC_TRIALS",
     "REMOVAL_TOLERANCES", "REMOVAL_TOLERANCE", "REMOVAL_LENGTHS", "REMOVAL_TARGETS",
     "REMOVAL_WINDOWS", "REMOVAL_EXPONENT_BAND", "REMOVAL_RENORM_FACTOR", "REMOVAL_PREDICT_FACTOR",
+    "FULL_SAMPLING_HEAD_ROWS", "LARGE_STUDY_WINDOWS", "LARGE_POSITIONS_PER_OCTAVE",
+    "LARGE_READING_WINDOWS", "LARGE_SEPARABILITY_WINDOWS", "LARGE_REMOVAL_WINDOWS", "Sampling",
+    "sampling_for",
 ]
 
 # ------------------------------------------------------------------------------- model and data
@@ -232,6 +235,66 @@ REMOVAL_RENORM_FACTOR = 0.5
 #: book: the critical N of Figure 2c "predicts" N*_tau when they agree within this factor
 #: (median over lengths of |log2(N*_tau / critical N)| <= log2 of it)
 REMOVAL_PREDICT_FACTOR = 2.0
+
+# ------------------------------------------------------------- sampling at the model's size
+#: book: the position-averaged studies of the distances chapter, the every-position sweep of the
+#: separability chapter and the removal experiment cost in proportion to the (head, query
+#: position) pairs of a window. Up to this many per window (the stand-in's 16 x 1024, GPT-2
+#: 124M's 144 x 1024) a chapter measures the book's full sampling; above it (SmolLM2-135M's
+#: 270 x 1024) it measures the LARGE_* sampling below, which fits its time budget on 2 CPU cores
+#: (measured 2026-12-02 on SmolLM2-135M, 8 windows of 1024 tokens: distances 1355 s, separability's
+#: sweep about 680 s), says so on the page, and measures the subsample's error where it can.
+FULL_SAMPLING_HEAD_ROWS = 150_000
+#: book: windows of the distances chapter's position-averaged studies on a large model
+LARGE_STUDY_WINDOWS = 4
+#: book: query positions per octave of t in those studies (every position below 2x this)
+LARGE_POSITIONS_PER_OCTAVE = 4
+#: book: windows of the reading table's studies on vectors other than the value vectors (the
+#: hidden-state readings, 576 dimensions per layer, are left out on a large model: 177 s per window)
+LARGE_READING_WINDOWS = 1
+#: book: windows of the separability sweep on a large model (every query position kept)
+LARGE_SEPARABILITY_WINDOWS = 2
+#: book: windows of the removal experiment on a large model (one forward pass per N, mode, length)
+LARGE_REMOVAL_WINDOWS = 2
+
+
+class Sampling(NamedTuple):
+    """How much of each window a chapter measures on a model (see :func:`sampling_for`)."""
+
+    full: bool
+    #: windows of the distances chapter's studies and of the separability sweep
+    study_windows: int
+    separability_windows: int
+    removal_windows: int
+    per_octave: int
+    reading_windows: int
+    #: the vectors of the reading table besides the value vectors
+    reading_vectors: tuple[str, ...]
+
+    def words(self, head_rows: int) -> str:
+        """The sampling in a sentence for the page."""
+        if self.full:
+            return (f"this model's windows hold {head_rows:,} (head, query position) pairs, within "
+                    f"the {FULL_SAMPLING_HEAD_ROWS:,} for which the book measures its full sampling")
+        return (f"this model's windows hold {head_rows:,} (head, query position) pairs, more than "
+                f"the {FULL_SAMPLING_HEAD_ROWS:,} for which the book measures its full sampling on "
+                f"2 CPU cores, so the heavy studies use fewer windows and positions")
+
+
+def sampling_for(n_heads_total: int, length: int, windows: int) -> Sampling:
+    """The sampling of the heavy studies for a model with ``n_heads_total`` heads (all layers),
+    windows of ``length`` tokens and ``windows`` windows (the window-count setting): the book's
+    full sampling up to :data:`FULL_SAMPLING_HEAD_ROWS` (head, position) pairs per window, the
+    ``LARGE_*`` constants above it (never more windows than the setting gives)."""
+    if n_heads_total < 1 or length < 1 or windows < 1:
+        raise ValueError(f"need heads, length and windows >= 1 (got {n_heads_total}, {length}, {windows})")
+    if n_heads_total * length <= FULL_SAMPLING_HEAD_ROWS:
+        return Sampling(True, windows, windows, min(windows, REMOVAL_WINDOWS), POSITIONS_PER_OCTAVE,
+                        min(windows, READING_TABLE_WINDOWS), ("hidden", "values_sphere", "hidden_sphere"))
+    return Sampling(False, min(windows, LARGE_STUDY_WINDOWS), min(windows, LARGE_SEPARABILITY_WINDOWS),
+                    min(windows, LARGE_REMOVAL_WINDOWS), LARGE_POSITIONS_PER_OCTAVE,
+                    min(windows, LARGE_READING_WINDOWS), ("values_sphere",))
+
 
 # ------------------------------------------------------------------------- Table 1 (Appendix B)
 class PaperTime(NamedTuple):

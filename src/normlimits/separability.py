@@ -69,6 +69,7 @@ from .validation import all_finite, finite_vectors, finite_weights
 __all__ = [
     "SeparabilityResult",
     "check_n_grid",
+    "distinct_heads",
     "project_to_sphere",
     "FLOAT32_UNIT",
     "screen_margin",
@@ -268,6 +269,23 @@ def min_pairwise_distance(vectors: Tensor, *, pair_chunk: int = 1 << 16, block_r
 #: query rows per window of the benchmark's separability workload (evenly spaced, see
 #: :func:`spaced_rows`); the chapter measures what this subsample changes against every row.
 SPACED_ROW_COUNT = SEPARABILITY_SPACED_ROWS
+
+
+def distinct_heads(vectors: Tensor) -> tuple[Tensor, Tensor]:
+    """The heads of ``vectors`` [H, L, d] whose vectors differ from the previous head's, and the
+    group of every head: ``(vectors[first of each group], LongTensor [H])``.
+
+    Grouped-query attention expands each key/value head to the query heads of its group, which
+    sit next to each other and hold bit-identical copies; a per-head statistic of the vectors
+    alone (Assumption 2's delta) is then computed once per group. Heads with equal vectors that
+    are not adjacent stay separate (still correct, just not shared).
+    """
+    if vectors.dim() != 3:
+        raise ValueError(f"vectors must be [heads, L, d] (got {tuple(vectors.shape)}).")
+    heads = vectors.shape[0]
+    same = torch.tensor([False] + [torch.equal(vectors[h], vectors[h - 1]) for h in range(1, heads)])
+    group = torch.cumsum((~same).long(), 0) - 1
+    return vectors[~same], group
 
 
 def spaced_rows(length: int, count: int = SPACED_ROW_COUNT) -> Tensor:

@@ -22,8 +22,8 @@ from torch import Tensor
 
 from .multihead import head_sharing
 from .normalizers import softmax_with_temperature
-from .separability import (SeparabilityResult, check_n_grid, geometric_separability,
-                           min_pairwise_distance, project_to_sphere)
+from .separability import (SeparabilityResult, check_n_grid, distinct_heads,
+                           geometric_separability, min_pairwise_distance, project_to_sphere)
 from .separability_bounds import theorem2_bounds
 
 __all__ = ["VECTOR_KINDS", "SURE_RTOL", "layer_weights", "SeparabilitySweep", "separability_sweep"]
@@ -305,7 +305,8 @@ def separability_sweep(captures: Iterable, n_grid, *, kinds=("values",), rows=No
                 clock.tick(f"ns_{kind}")
                 part = _slice(res, detail[kind]) if keep else None
                 if with_bounds:
-                    dist = min_pairwise_distance(vecs).expand(n_heads)  # [H]
+                    distinct, group = distinct_heads(vecs)  # grouped-query copies once
+                    dist = min_pairwise_distance(distinct)[group].expand(n_heads)  # [H]
                     total = vecs.sum(-2).double()  # [H or 1, d]
                     cos = ((total * total).sum(-1) / sphere_radius**2 - length) / (length * (length - 1))
                     window_delta.setdefault(("delta", kind), []).append(dist)
