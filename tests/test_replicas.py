@@ -121,3 +121,16 @@ def test_record_variant_refuses_a_row_graded_by_another_rule(toy_book):
         claims.record_variant("toy", forged, "other")
     again = claims.record_variant("toy", {**row, "variant": "a"}, "b")
     assert again["variant"] == "a; b"
+
+
+def test_a_replica_whose_prose_pastes_an_unglued_key_fails(toy_book, monkeypatch):
+    """A reader re-executing the chapter would see a hole in the prose: the replica says which key."""
+    import jupytext
+
+    root, _ = toy_book
+    source = root / "book" / "toy.md"
+    source.write_text(TOY_CHAPTER + "\nThe value is {glue:text}`toy_never_glued:.2f`.\n")
+    monkeypatch.setenv(replicas.REPLICA_OF_ENV, "toy")
+    with pytest.raises(replicas.ReplicaError, match=r"never glued: \['toy_never_glued'\]"):
+        replicas.execute_chapter(source, {"NORMLIMITS_MODEL": "other"})
+    assert replicas.glue_keys_used(jupytext.read(source)) == {"toy_never_glued"}

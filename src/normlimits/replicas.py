@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -39,7 +40,10 @@ CELL_TIMEOUT = 1500
 
 __all__ = ["REPLICAS_ENV", "REPLICA_OF_ENV", "DEFAULT_REPLICAS", "Replica", "ReplicaError",
            "is_replica", "replica_models", "execute_chapter", "chapter_source", "replicate",
-           "ReplicaRun"]
+           "ReplicaRun", "glue_keys_used", "glue_keys_made"]
+
+GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`]+)`")
+GLUE_DIRECTIVE = re.compile(r"^[`:]{3,}\{glue(?::\w+)?\}\s+(\S+)", re.M)
 
 
 class ReplicaError(AssertionError):
@@ -110,6 +114,30 @@ def chapter_source(chapter: str, root: Path | None = None) -> Path:
     return path
 
 
+def glue_keys_used(notebook) -> set[str]:
+    """Glue keys the notebook's Markdown cells paste (same-document keys only; ``doc::key`` pastes
+    from another page)."""
+    keys: set[str] = set()
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            for content in GLUE_ROLE.findall(cell.source):
+                if "::" not in content:
+                    keys.add(content.split(":", 1)[0].strip())
+            keys.update(GLUE_DIRECTIVE.findall(cell.source))
+    return keys
+
+
+def glue_keys_made(notebook) -> set[str]:
+    """Glue keys the executed notebook's outputs carry (myst-nb's ``scrapbook`` metadata)."""
+    keys: set[str] = set()
+    for cell in notebook.cells:
+        for output in cell.get("outputs", ()):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                keys.add(name)
+    return keys
+
+
 @contextlib.contextmanager
 def _environment(changes: Mapping[str, str | None]) -> Iterator[None]:
     """Set (or, for None, remove) environment variables for the duration, then restore them."""
@@ -134,7 +162,8 @@ def execute_chapter(source: Path, env: Mapping[str, str | None], *,
     """Execute the MyST notebook ``source`` in a fresh ``python3`` kernel started from its folder,
     with the environment changed by ``env`` (None removes a variable); returns the wall time (s).
 
-    Raises :class:`ReplicaError` with the tail of the failing cell's error.
+    Raises :class:`ReplicaError` with the tail of the failing cell's error, or when the prose
+    pastes a glue key the executed code never glued (as a reader re-executing it would see).
     """
     import jupytext
     from nbclient import NotebookClient
@@ -150,7 +179,12 @@ def execute_chapter(source: Path, env: Mapping[str, str | None], *,
         except CellExecutionError as exc:
             raise ReplicaError(f"{source.name} failed with {', '.join(f'{k}={v}' for k, v in env.items() if v)}:"
                                f"\n{str(exc)[-3000:]}") from None
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    missing = glue_keys_used(notebook) - glue_keys_made(notebook)
+    if missing:
+        raise ReplicaError(f"{source.name} executed with {', '.join(f'{k}={v}' for k, v in env.items() if v)}"
+                           f" but its prose pastes glue keys the code never glued: {sorted(missing)}")
+    return seconds
 
 
 def _one_time_seconds(timing: Path) -> float:
