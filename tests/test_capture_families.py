@@ -305,3 +305,49 @@ def test_removal_sweep_runs_on_a_llama():
             assert abs(res.increase[mode][L][-1]) < 1e-6
             change = res.output_change[mode][L]
             assert change[-1] < 1e-9 and max(change) > 0
+
+
+#: where each family keeps W_Q, W_K, W_V: one fused projection split in thirds, or three
+QKV_GRADIENTS = {"gpt2": ("c_attn",), "llama": ("q_proj", "k_proj", "v_proj"),
+                 "qwen2": ("q_proj", "k_proj", "v_proj"), "mistral": ("q_proj", "k_proj", "v_proj"),
+                 "opt": ("q_proj", "k_proj", "v_proj")}
+
+
+@pytest.mark.parametrize("family", sorted(QKV_GRADIENTS))
+def test_projection_gradients_are_each_layers_own_parameter_gradients(family):
+    """projection_gradients(model)[l] holds layer l's W_Q, W_K, W_V, W_O weight gradients: the sum
+    of their squares equals the one read from the family's own parameter names (GPT-2's fused
+    c_attn: its three column blocks), and a model without gradients gives None."""
+    from normlimits.capture import projection_gradients
+
+    loaded = tiny(family)
+    model = loaded.model
+    assert all(g is None for layer in projection_gradients(model) for g in layer.values())
+    ids = torch.randint(0, VOCAB, (1, 12))
+    logits = model(ids).logits
+    torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]).backward()
+    grads = projection_gradients(model)
+    modules = [m for m in model.modules() if hasattr(m, OUTPUT_PROJECTION[family])
+               and "Attention" in type(m).__name__]
+    assert len(grads) == len(modules) == loaded.n_layers
+    for layer, module in zip(grads, modules):
+        assert set(layer) == {"q", "k", "v", "o"}
+        names = QKV_GRADIENTS[family]
+        if len(names) == 1:
+            fused = getattr(module, names[0]).weight.grad
+            width = fused.shape[1] // 3
+            expected = [fused[:, i * width:(i + 1) * width] for i in range(3)]
+        else:
+            expected = [getattr(module, n).weight.grad for n in names]
+        for key, want in zip("qkv", expected):
+            assert torch.equal(layer[key], want), (family, key)
+        assert torch.equal(layer["o"], getattr(module, OUTPUT_PROJECTION[family]).weight.grad)
+
+
+def test_projection_gradients_refuse_a_module_with_unknown_projections():
+    """GPT-NeoX fuses Q, K, V per head (query_key_value, interleaved): not split as thirds, refused."""
+    from normlimits.capture import projection_gradients
+    from normlimits.models import UnsupportedModelError
+
+    with pytest.raises(UnsupportedModelError, match="neither a fused projection"):
+        projection_gradients(tiny("gpt_neox").model)

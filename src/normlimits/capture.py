@@ -33,6 +33,7 @@ window therefore serves every L of a sweep.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -131,35 +132,98 @@ def layer_scales(model: torch.nn.Module, length: int = 2) -> Tensor:
 OUTPUT_PROJECTIONS = ("o_proj", "c_proj", "dense", "out_proj")
 
 
+#: names of a fused query/key/value projection whose output columns are [W_Q | W_K | W_V] in equal
+#: thirds (GPT-2's Conv1D ``c_attn``)
+FUSED_QKV_PROJECTIONS = ("c_attn",)
+#: names of separate query, key and value projections (Llama, Qwen2, Mistral, OPT)
+QKV_PROJECTIONS = ("q_proj", "k_proj", "v_proj")
+
+_ATTENTION_MODULES: "weakref.WeakKeyDictionary[torch.nn.Module, list[torch.nn.Module]]" = weakref.WeakKeyDictionary()
+
+
+@torch.no_grad()
+def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Each layer's attention module, in layer order: the modules the layers pass to their attention
+    function in a short forward pass (:mod:`normlimits.attention_tap`), so no family's module tree
+    is walked by name. The pass runs in eval mode (a training model's dropout draws no random
+    numbers here) and its answer is kept for the model's lifetime."""
+    known = _ATTENTION_MODULES.get(model)
+    if known is not None:
+        return known
+    device = input_device(model)
+    ids = torch.zeros(1, 2, dtype=torch.long, device=device)
+    training = model.training
+    model.eval()
+    try:
+        with attention_tap.recording(model) as record:
+            model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+    finally:
+        model.train(training)
+    modules = [layer.module for layer in record.layers]
+    _ATTENTION_MODULES[model] = modules
+    return modules
+
+
+def _output_projection(model: torch.nn.Module, module: torch.nn.Module) -> torch.nn.Module:
+    """The first of :data:`OUTPUT_PROJECTIONS` that attention ``module`` has (with a weight)."""
+    from .models import UnsupportedModelError
+
+    projection = next((getattr(module, name) for name in OUTPUT_PROJECTIONS
+                       if isinstance(getattr(module, name, None), torch.nn.Module)), None)
+    if projection is None or getattr(projection, "weight", None) is None:
+        raise UnsupportedModelError(
+            f"{_family(model)}: its attention module {type(module).__name__} has no output "
+            f"projection under any of the names {', '.join(OUTPUT_PROJECTIONS)}.")
+    return projection
+
+
 @torch.no_grad()
 def output_projections(model: torch.nn.Module) -> list[Tensor]:
     """Each layer's attention output projection as a matrix ``W_O`` [H * d, D] applied as
     ``concat_h(o_h) @ W_O`` (the bias, if any, left out), in layer order.
 
-    The attention modules are the ones the layers pass to their attention function in a short
-    forward pass (:mod:`normlimits.attention_tap`), so no family's module tree is walked by name;
-    within a module the projection is the first of :data:`OUTPUT_PROJECTIONS` it has (a Linear's
-    weight is transposed, GPT-2's Conv1D already stores [in, out]). Raises
-    :class:`normlimits.models.UnsupportedModelError` when a layer has none of them.
+    The attention modules come from :func:`attention_modules`; within a module the projection is
+    the first of :data:`OUTPUT_PROJECTIONS` it has (a Linear's weight is transposed, GPT-2's
+    Conv1D already stores [in, out]). Raises :class:`normlimits.models.UnsupportedModelError` when
+    a layer has none of them.
     """
-    from .models import UnsupportedModelError
-
-    device = input_device(model)
-    ids = torch.zeros(1, 2, dtype=torch.long, device=device)
-    with attention_tap.recording(model) as record:
-        model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
     matrices = []
-    for layer in record.layers:
-        module = layer.module
-        projection = next((getattr(module, name) for name in OUTPUT_PROJECTIONS
-                           if isinstance(getattr(module, name, None), torch.nn.Module)), None)
-        if projection is None or getattr(projection, "weight", None) is None:
-            raise UnsupportedModelError(
-                f"{_family(model)}: its attention module {type(module).__name__} has no output "
-                f"projection under any of the names {', '.join(OUTPUT_PROJECTIONS)}.")
+    for module in attention_modules(model):
+        projection = _output_projection(model, module)
         weight = projection.weight.detach()
         matrices.append(weight.T if isinstance(projection, torch.nn.Linear) else weight)
     return matrices
+
+
+def projection_gradients(model: torch.nn.Module) -> list[dict[str, Tensor | None]]:
+    """Per layer, the gradients of the attention projections' weights, keys ``q``, ``k``, ``v``,
+    ``o`` (each in its parameter's own layout; None where the parameter has no gradient yet).
+
+    A fused projection (:data:`FUSED_QKV_PROJECTIONS`) is split into equal thirds along its output
+    dimension; otherwise the module must have :data:`QKV_PROJECTIONS`. Raises
+    :class:`normlimits.models.UnsupportedModelError` for a module with neither.
+    """
+    from .models import UnsupportedModelError
+
+    out = []
+    for module in attention_modules(model):
+        fused = next((getattr(module, n) for n in FUSED_QKV_PROJECTIONS
+                      if isinstance(getattr(module, n, None), torch.nn.Module)), None)
+        grads: dict[str, Tensor | None]
+        if fused is not None:
+            grad = fused.weight.grad
+            out_dim = 0 if isinstance(fused, torch.nn.Linear) else 1
+            parts = (None,) * 3 if grad is None else torch.chunk(grad, 3, dim=out_dim)
+            grads = dict(zip("qkv", parts))
+        elif all(isinstance(getattr(module, n, None), torch.nn.Module) for n in QKV_PROJECTIONS):
+            grads = {key: getattr(module, n).weight.grad for key, n in zip("qkv", QKV_PROJECTIONS)}
+        else:
+            raise UnsupportedModelError(
+                f"{_family(model)}: its attention module {type(module).__name__} has neither a fused "
+                f"projection ({', '.join(FUSED_QKV_PROJECTIONS)}) nor {', '.join(QKV_PROJECTIONS)}.")
+        grads["o"] = _output_projection(model, module).weight.grad
+        out.append(grads)
+    return out
 
 
 def input_device(model: torch.nn.Module) -> torch.device:

@@ -5,8 +5,8 @@ training hard at low temperature, but measures no training. This module measures
 small GPT-2-architecture model (2 layers x 4 heads x width 128, 0.45M parameters) is trained with
 ``alpha = softmax(q.k / (sqrt(d_head) T))`` for several T and several seeds (a seed fixes the
 initial weights and the batches; a temperature changes neither), recording per step the training
-loss and the gradient norms of the attention parameters (``W_Q``, ``W_K``, ``W_V`` of ``c_attn``
-and ``W_O`` = ``c_proj``), and every few steps attention statistics on a fixed probe batch
+loss and the gradient norms of the attention parameters (``W_Q``, ``W_K``, ``W_V``
+and ``W_O``), and every few steps attention statistics on a fixed probe batch
 (entropy, largest weight, the Jacobian spectral norm at the model's own T, the logit spread). It
 reuses the stand-in's training loop, :func:`normlimits.standin.train_language_model`.
 :func:`summarise_study` compares temperatures in units of the seed spread.
@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from .cache import CacheError, atomic_write_json, cache_path, read_json_entry, writer_lock
+from .capture import attention_modules, projection_gradients
 from .normalizers import check_temperature
 from .protocol import TR_SEEDS, TR_TEMPERATURES
 from .settings import THREADS_ENV, configure_torch
@@ -78,15 +79,15 @@ def set_temperature(model, temperature: float) -> None:
     the stock model exactly. Records T as ``model.config.attention_temperature``.
     """
     t = check_temperature(temperature)
-    for layer, block in enumerate(model.transformer.h):
-        block.attn.scaling = base_scaling(model, layer) / t
+    for layer, module in enumerate(attention_modules(model)):
+        module.scaling = base_scaling(model, layer) / t
     setattr(model.config, TEMPERATURE_KEY, t)
 
 
 def model_temperature(model) -> float:
     """The attention temperature of ``model`` (1 for a stock GPT-2); checks every block agrees."""
-    temps = {round(base_scaling(model, i) / float(block.attn.scaling), 12)
-             for i, block in enumerate(model.transformer.h)}
+    temps = {round(base_scaling(model, i) / float(module.scaling), 12)
+             for i, module in enumerate(attention_modules(model))}
     if len(temps) != 1:
         raise ValueError(f"the blocks of this model have different temperatures {sorted(temps)}")
     return temps.pop()
@@ -110,20 +111,16 @@ def make_temperature_model(temperature: float, seed: int = TR_SEED, **overrides)
 def attention_gradient_norms(model) -> dict[str, float]:
     """Frobenius norms of the gradients of the attention parameters, pooled over layers.
 
-    Keys ``q``, ``k``, ``v`` (the three column blocks of ``c_attn.weight``), ``o``
-    (``c_proj.weight``), ``attention`` (all four together) and ``total`` (every parameter).
+    Keys ``q``, ``k``, ``v``, ``o`` (the weights of W_Q, W_K, W_V, W_O, found by
+    :func:`normlimits.capture.projection_gradients`), ``attention`` (all four together) and
+    ``total`` (every parameter).
     Call after ``backward()``; missing gradients count as 0.
     """
     sums = {"q": 0.0, "k": 0.0, "v": 0.0, "o": 0.0}
-    width = model.config.n_embd
-    for block in model.transformer.h:
-        grad = block.attn.c_attn.weight.grad
-        if grad is not None:
-            for i, name in enumerate("qkv"):
-                sums[name] += float(grad[:, i * width:(i + 1) * width].double().pow(2).sum())
-        grad_o = block.attn.c_proj.weight.grad
-        if grad_o is not None:
-            sums["o"] += float(grad_o.double().pow(2).sum())
+    for layer in projection_gradients(model):
+        for name, grad in layer.items():
+            if grad is not None:
+                sums[name] += float(grad.double().pow(2).sum())
     total = sum(float(p.grad.double().pow(2).sum()) for p in model.parameters() if p.grad is not None)
     out = {name: math.sqrt(value) for name, value in sums.items()}
     out["attention"] = math.sqrt(sum(sums.values()))
