@@ -249,3 +249,30 @@ def test_summarise_study_counts_differences_in_seed_spreads():
     close = [_fake_run(0.03, s, b, 1.0) for s, b in enumerate((3.01, 3.05, 2.99))]
     near = TT.summarise_study(TT.TemperatureStudy(runs=runs[:3] + close, config={}, recipe={}, corpus_sha256="x"))
     assert abs(near.in_spreads) < 1
+
+
+def test_runs_trained_side_by_side_equal_runs_trained_one_after_the_other(isolated_cache, monkeypatch, tmp_path):
+    """Two worker processes (spawned: the patched configuration reaches them as an argument) give
+    the runs bit for bit as one process does, each run on TR_THREADS threads."""
+    corpus = _toy_corpus()
+    monkeypatch.setattr(TT, "TR_CONFIG", {**TT.TR_CONFIG, **TINY})
+    kwargs = dict(steps=4, positions=32, batch=2)
+    side = TT.temperature_study(corpus, (0.5, 2.0), (0,), workers=2, **kwargs)
+    assert not side.from_cache and len(list((isolated_cache / "temperature-training").glob("*.json"))) == 2
+    monkeypatch.setenv("NORMLIMITS_CACHE", str(tmp_path / "another-cache"))
+    one = TT.temperature_study(corpus, (0.5, 2.0), (0,), workers=1, **kwargs)
+    assert not one.from_cache
+    for a, b in zip(side.runs, one.runs):
+        assert (a.temperature, a.seed) == (b.temperature, b.seed)
+        assert a.losses == b.losses and a.grad_norms == b.grad_norms and a.probe == b.probe
+        assert a.held_out_bits == b.held_out_bits
+
+
+def test_training_workers_follow_the_thread_setting(monkeypatch):
+    monkeypatch.setenv("NORMLIMITS_THREADS", "1")
+    assert TT.training_workers(6) == 1
+    monkeypatch.setenv("NORMLIMITS_THREADS", "2")
+    from normlimits.settings import available_cores
+
+    assert TT.training_workers(6) == min(2, available_cores()) // TT.TR_THREADS
+    assert TT.training_workers(1) == 1

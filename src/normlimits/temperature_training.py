@@ -346,10 +346,40 @@ def _cached_run(path: Path, temperature: float, seed: int) -> TemperatureRun:
                          "run again.") from None
 
 
+def training_workers(missing: int) -> int:
+    """How many runs train at once: the build's threads (``NORMLIMITS_THREADS``) over each run's
+    :data:`TR_THREADS`, at most ``missing`` and at least 1."""
+    from .settings import thread_count
+
+    return max(1, min(int(missing), thread_count() // TR_THREADS))
+
+
+def _train_and_cache(path: Path, temperature: float, seed: int, *, split, config: dict, steps: int,
+                     positions: int, batch: int, lr: float, recompute: bool) -> TemperatureRun:
+    """Train one run and cache it at ``path`` atomically, holding its lock (another build training
+    the same run is waited for and its file read); in this process or a worker. ``split`` is
+    ``(train_ids, held_out_ids, bigram_bits)``; ``config`` the model configuration (passed, not
+    read from :data:`TR_CONFIG`, so a worker process builds the same model)."""
+    with writer_lock(path, f"the temperature run T={temperature}, seed {seed}"):
+        if path.is_file() and not recompute:
+            return _cached_run(path, temperature, seed)
+        run = train_at_temperature(temperature, split[0], split[1], steps=steps, positions=positions,
+                                   batch=batch, lr=lr, seed=seed, bigram_bits=split[2],
+                                   config_overrides=config)
+        atomic_write_json(path, {k: v for k, v in asdict(run).items() if k != "from_cache"})
+        return run
+
+
 def temperature_study(corpus=None, temperatures=TR_TEMPERATURES, seeds=TR_SEEDS, *,
                       steps: int = TR_STEPS, positions: int = TR_POSITIONS, batch: int = TR_BATCH,
-                      lr: float = TR_LR, recompute: bool = False) -> TemperatureStudy:
+                      lr: float = TR_LR, recompute: bool = False,
+                      workers: int | None = None) -> TemperatureStudy:
     """One model per (temperature, seed), trained or loaded from the cache, on ``corpus``.
+
+    Runs not in the cache train side by side in ``workers`` processes (default
+    :func:`training_workers`: one per :data:`TR_THREADS` threads the build may use); each run
+    trains on :data:`TR_THREADS` threads whichever process it is in, so the numbers are the same
+    bit for bit as one after the other (tested).
 
     Each run is cached on its own as JSON under ``<cache>/temperature-training/<digest>.json``
     (digest of :func:`run_key`: model configuration, recipe, T, seed, corpus sha256, torch
@@ -368,31 +398,38 @@ def temperature_study(corpus=None, temperatures=TR_TEMPERATURES, seeds=TR_SEEDS,
         raise ValueError(f"at least one temperature and one seed are needed (got temperatures="
                          f"{list(temperatures)}, seeds={list(seeds)})")
     corpus = corpus if corpus is not None else load_corpus()
-    split = None
-    runs = []
-    for t in temps:
-        for seed in seed_list:
-            path = cache_path("temperature-training",
-                              run_key(corpus.sha256, t, seed, steps, positions, batch, lr), ".json")
-            if path.is_file() and not recompute:   # complete: entries appear atomically
-                runs.append(_cached_run(path, t, seed))
-                continue
-            with writer_lock(path, f"the temperature run T={t}, seed {seed}"):
-                if path.is_file() and not recompute:
-                    runs.append(_cached_run(path, t, seed))
-                    continue
-                if split is None:
-                    train_ids, held_out_ids = split_corpus(byte_tokens(corpus.text))
-                    windows = held_out_windows(held_out_ids, length=positions, max_windows=64)
-                    bigram = float(bigram_bits_per_position(bigram_log_probs(train_ids), windows).mean())
-                    split = (train_ids, held_out_ids, bigram)
-                run = train_at_temperature(t, split[0], split[1], steps=steps, positions=positions,
-                                           batch=batch, lr=lr, seed=seed, bigram_bits=split[2])
-                atomic_write_json(path, {k: v for k, v in asdict(run).items() if k != "from_cache"})
-                runs.append(run)
+    jobs = [(t, seed, cache_path("temperature-training",
+                                 run_key(corpus.sha256, t, seed, steps, positions, batch, lr), ".json"))
+            for t in temps for seed in seed_list]
+    runs: dict[tuple[float, int], TemperatureRun] = {}
+    missing = []
+    for t, seed, path in jobs:
+        if path.is_file() and not recompute:    # complete: entries appear atomically
+            runs[(t, seed)] = _cached_run(path, t, seed)
+        else:
+            missing.append((t, seed, path))
+    if missing:
+        train_ids, held_out_ids = split_corpus(byte_tokens(corpus.text))
+        windows = held_out_windows(held_out_ids, length=positions, max_windows=64)
+        bigram = float(bigram_bits_per_position(bigram_log_probs(train_ids), windows).mean())
+        common = dict(split=(train_ids, held_out_ids, bigram), config=dict(TR_CONFIG), steps=steps,
+                      positions=positions, batch=batch, lr=lr, recompute=recompute)
+        count = training_workers(len(missing)) if workers is None else max(1, min(int(workers), len(missing)))
+        if count == 1:
+            trained = [_train_and_cache(path, t, seed, **common) for t, seed, path in missing]
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = [pool.submit(_train_and_cache, path, t, seed, **common) for t, seed, path in missing]
+                trained = [f.result() for f in futures]
+        for (t, seed, _), run in zip(missing, trained):
+            runs[(t, seed)] = run
+    ordered = [runs[(t, seed)] for t, seed, _ in jobs]
     recipe = {"steps": steps, "positions": positions, "batch": batch, "lr": lr,
               "probe_every": PROBE_EVERY}
-    return TemperatureStudy(runs=runs, config=dict(TR_CONFIG), recipe=recipe,
+    return TemperatureStudy(runs=ordered, config=dict(TR_CONFIG), recipe=recipe,
                             corpus_sha256=corpus.sha256, extra={"threads": torch.get_num_threads()})
 
 
