@@ -6,9 +6,11 @@ path that reaches into GPT-2's module names (``transformer.h``, ``c_attn``, ``c_
 GPT-2's configuration fails here. It builds a copy of the book's pages in a temporary folder,
 every chapter executed afresh (no execution cache shared with the main build, whose outputs must
 not mix with this model's), with its own ledger and capture cache, two windows, and without the
-replicas on the control models (the main build runs those); the architectures comparison surveys
-the tiny Llama alone (its default list, the stand-ins and SmolLM2-135M, is the main build's and
-costs minutes). Random weights make the numbers
+replicas on the control models (the main build runs those). The architectures chapter surveys its
+default list (the stand-ins and SmolLM2-135M, about 2.5 minutes): its prose pastes all three
+models' numbers, so a survey of the tiny Llama alone fails the strict build (found in a CI run;
+the chapter's handling of a shorter NORMLIMITS_ARCHITECTURES list is left for its own issue).
+Random weights make the numbers
 meaningless; what is tested is that every chapter executes and records its claims on this model.
 """
 
@@ -70,8 +72,7 @@ def test_the_whole_book_builds_strictly_on_a_tiny_llama(tmp_path):
     model = tiny_llama_folder(tmp_path / "tiny-llama")
     book = _copy_book(tmp_path / "book-copy")
     env = {**os.environ, "NORMLIMITS_MODEL": str(model), "NORMLIMITS_WINDOWS": "2",
-           "NORMLIMITS_REPLICAS": "off", "NORMLIMITS_ARCHITECTURES": str(model),
-           "NORMLIMITS_LEDGER_DIR": str(tmp_path / "ledger"),
+           "NORMLIMITS_REPLICAS": "off", "NORMLIMITS_LEDGER_DIR": str(tmp_path / "ledger"),
            "NORMLIMITS_CAPTURE_CACHE": str(tmp_path / "captures"), "HF_HUB_OFFLINE": "1"}
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     start = time.perf_counter()
