@@ -134,3 +134,16 @@ def test_downloadable_notebook_drops_stderr_like_the_page():
         {"cell_type": "markdown", "source": "x"}]}
     outputs = without_stderr(nb)["cells"][0]["outputs"]
     assert [o.get("name", o["output_type"]) for o in outputs] == ["stdout", "display_data"]
+
+
+def test_public_text_hides_a_cache_folder_set_by_its_setting(tmp_path, monkeypatch):
+    """A provenance line names a cached stand-in's folder; the site shows the setting, not the
+    building machine's path (home and repository folders as ``~`` and ``.``)."""
+    from normlimits.book import public_text
+
+    cache_folder = tmp_path / "ci-cache"
+    monkeypatch.setenv("NORMLIMITS_CACHE", str(cache_folder))
+    line = f"trained here (cache {cache_folder}/standin/53f8b89e8e6b97f1); home {Path.home()}/x"
+    assert public_text(line) == "trained here (cache $NORMLIMITS_CACHE/standin/53f8b89e8e6b97f1); home ~/x"
+    monkeypatch.delenv("NORMLIMITS_CACHE")
+    assert str(cache_folder) in public_text(line)

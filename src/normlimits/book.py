@@ -91,12 +91,19 @@ class ChapterContext:
 
 
 def public_text(text: str) -> str:
-    """``text`` with the building machine's folders hidden: the repository's folder (the book
-    root, or the current folder) becomes ``.``, the home folder ``~``."""
+    """``text`` with the building machine's folders hidden: a cache folder set by
+    ``NORMLIMITS_CACHE`` becomes ``$NORMLIMITS_CACHE``, the repository's folder (the book root, or
+    the current folder) ``.``, the home folder ``~``."""
+    import os
+
     from .ledger import book_root
+    from .settings import CACHE_ENV
 
     root = book_root() or Path.cwd()
-    for folder, name in ((root.resolve(), "."), (Path.home().resolve(), "~")):
+    folders = [(root.resolve(), "."), (Path.home().resolve(), "~")]
+    if os.environ.get(CACHE_ENV, "").strip():
+        folders.insert(0, (Path(os.environ[CACHE_ENV]).expanduser().resolve(), f"${CACHE_ENV}"))
+    for folder, name in folders:
         text = re.sub(re.escape(str(folder)) + r"(?=/|\b|$)", name, text)
     return text
 
