@@ -16,6 +16,7 @@ the home folder and the repository's folder replaced by ``~`` and ``.`` (:func:`
 from __future__ import annotations
 
 import html
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ import torch
 from . import glued
 from .corpus import Corpus, load_corpus
 from .models import LoadedModel, load_model
-from .settings import configure_torch, window_count
+from .settings import CACHE_ENV, configure_torch, window_count
 
 
 @dataclass
@@ -94,10 +95,7 @@ def public_text(text: str) -> str:
     """``text`` with the building machine's folders hidden: a cache folder set by
     ``NORMLIMITS_CACHE`` becomes ``$NORMLIMITS_CACHE``, the repository's folder (the book root, or
     the current folder) ``.``, the home folder ``~``."""
-    import os
-
     from .ledger import book_root
-    from .settings import CACHE_ENV
 
     root = book_root() or Path.cwd()
     folders = [(root.resolve(), "."), (Path.home().resolve(), "~")]

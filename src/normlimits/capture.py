@@ -164,12 +164,17 @@ def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     return modules
 
 
+def _submodule(module: torch.nn.Module, names) -> torch.nn.Module | None:
+    """The first of ``names`` that ``module`` has as a submodule, or None."""
+    return next((getattr(module, name) for name in names
+                 if isinstance(getattr(module, name, None), torch.nn.Module)), None)
+
+
 def _output_projection(model: torch.nn.Module, module: torch.nn.Module) -> torch.nn.Module:
     """The first of :data:`OUTPUT_PROJECTIONS` that attention ``module`` has (with a weight)."""
     from .models import UnsupportedModelError
 
-    projection = next((getattr(module, name) for name in OUTPUT_PROJECTIONS
-                       if isinstance(getattr(module, name, None), torch.nn.Module)), None)
+    projection = _submodule(module, OUTPUT_PROJECTIONS)
     if projection is None or getattr(projection, "weight", None) is None:
         raise UnsupportedModelError(
             f"{_family(model)}: its attention module {type(module).__name__} has no output "
@@ -207,8 +212,7 @@ def projection_gradients(model: torch.nn.Module) -> list[dict[str, Tensor | None
 
     out = []
     for module in attention_modules(model):
-        fused = next((getattr(module, n) for n in FUSED_QKV_PROJECTIONS
-                      if isinstance(getattr(module, n, None), torch.nn.Module)), None)
+        fused = _submodule(module, FUSED_QKV_PROJECTIONS)
         grads: dict[str, Tensor | None]
         if fused is not None:
             grad = fused.weight.grad

@@ -172,18 +172,18 @@ def execute_chapter(source: Path, env: Mapping[str, str | None], *,
     notebook = jupytext.read(source)
     client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(source.parent)}})
+    settings = ", ".join(f"{k}={v}" for k, v in env.items() if v)
     start = time.perf_counter()
     with _environment(env):
         try:
             client.execute()
         except CellExecutionError as exc:
-            raise ReplicaError(f"{source.name} failed with {', '.join(f'{k}={v}' for k, v in env.items() if v)}:"
-                               f"\n{str(exc)[-3000:]}") from None
+            raise ReplicaError(f"{source.name} failed with {settings}:\n{str(exc)[-3000:]}") from None
     seconds = time.perf_counter() - start
     missing = glue_keys_used(notebook) - glue_keys_made(notebook)
     if missing:
-        raise ReplicaError(f"{source.name} executed with {', '.join(f'{k}={v}' for k, v in env.items() if v)}"
-                           f" but its prose pastes glue keys the code never glued: {sorted(missing)}")
+        raise ReplicaError(f"{source.name} executed with {settings} but its prose pastes glue keys "
+                           f"the code never glued: {sorted(missing)}")
     return seconds
 
 

@@ -39,7 +39,7 @@ from .cache import CacheError, atomic_write_json, cache_path, read_json_entry, w
 from .capture import attention_modules, projection_gradients
 from .normalizers import check_temperature
 from .protocol import TR_SEEDS, TR_TEMPERATURES
-from .settings import THREADS_ENV, configure_torch
+from .settings import THREADS_ENV, configure_torch, thread_count
 
 TEMPERATURE_KEY = "attention_temperature"
 
@@ -346,12 +346,11 @@ def _cached_run(path: Path, temperature: float, seed: int) -> TemperatureRun:
                          "run again.") from None
 
 
-def training_workers(missing: int) -> int:
-    """How many runs train at once: the build's threads (``NORMLIMITS_THREADS``) over each run's
-    :data:`TR_THREADS`, at most ``missing`` and at least 1."""
-    from .settings import thread_count
-
-    return max(1, min(int(missing), thread_count() // TR_THREADS))
+def training_workers(missing: int, requested: int | None = None) -> int:
+    """How many runs train at once: ``requested``, by default the build's threads
+    (``NORMLIMITS_THREADS``) over each run's :data:`TR_THREADS`; at most ``missing``, at least 1."""
+    wanted = thread_count() // TR_THREADS if requested is None else int(requested)
+    return max(1, min(int(missing), wanted))
 
 
 def _train_and_cache(path: Path, temperature: float, seed: int, *, split, config: dict, steps: int,
@@ -414,7 +413,7 @@ def temperature_study(corpus=None, temperatures=TR_TEMPERATURES, seeds=TR_SEEDS,
         bigram = float(bigram_bits_per_position(bigram_log_probs(train_ids), windows).mean())
         common = dict(split=(train_ids, held_out_ids, bigram), config=dict(TR_CONFIG), steps=steps,
                       positions=positions, batch=batch, lr=lr, recompute=recompute)
-        count = training_workers(len(missing)) if workers is None else max(1, min(int(workers), len(missing)))
+        count = training_workers(len(missing), workers)
         if count == 1:
             trained = [_train_and_cache(path, t, seed, **common) for t, seed, path in missing]
         else:
