@@ -42,6 +42,9 @@ class ChapterContext:
     #: seconds spent on one-time work whose result is cached for every later build (training the
     #: temperature runs, ...): recorded with the time, and not held against the chapter's budget
     one_time_seconds: float = 0.0
+    #: seconds each replica of this chapter ran (its label -> seconds, less its one-time work):
+    #: each replica is a separate run of the chapter, held to the budget on its own
+    replica_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def model_label(self) -> str:
@@ -76,6 +79,14 @@ class ChapterContext:
             raise ValueError(f"one-time seconds must be >= 0 (got {seconds})")
         self.one_time_seconds += float(seconds)
 
+    def replica_ran(self, label: str, seconds: float) -> None:
+        """Record that the replica ``label`` (the chapter re-executed on another model) ran
+        ``seconds``, its one-time work excluded: :func:`normlimits.timings.over_budget` holds the
+        replica and the chapter's own run to the budget separately."""
+        if seconds < 0:
+            raise ValueError(f"replica seconds must be >= 0 (got {seconds})")
+        self.replica_seconds[label] = self.replica_seconds.get(label, 0.0) + float(seconds)
+
     def finish(self) -> float:
         """Record the chapter's execution time (seconds since it started, and the one-time part of
         it) beside its ledger rows, in ``<ledger dir>/<chapter>.timing.json``; returns it and glues
@@ -86,7 +97,8 @@ class ChapterContext:
         seconds = self.elapsed()
         atomic_write_json(writable_ledger_dir() / f"{self.chapter}.timing.json",
                           {"chapter": self.chapter, "seconds": seconds, "model": self.model_label,
-                           "windows": self.window_count, "one_time_seconds": self.one_time_seconds})
+                           "windows": self.window_count, "one_time_seconds": self.one_time_seconds,
+                           "replica_seconds": self.replica_seconds})
         _glue("chapter_seconds", seconds)
         return seconds
 

@@ -315,8 +315,10 @@ PAPER_TABLE1: dict[str, PaperTime] = {
 }
 
 # ---------------------------------------------------------------------------- the book's budgets
-#: book: each chapter's execution budget in seconds on the stand-in, 2 cores (a chapter that
-#: takes more than twice its budget fails tests/test_book_build.py)
+#: book: each chapter's execution budget in seconds for one run on 2 cores, on the model it runs
+#: on (SmolLM2-135M offline for the model chapters, the stand-in for alternatives and cost); a
+#: replica on a control model is a second run, held to the same budget on its own (a run over twice
+#: its budget fails tests/test_book_build.py; normlimits.timings)
 CHAPTER_BUDGET_SECONDS: dict[str, float] = {
     "setup": 30.0,
     "standin": 30.0,

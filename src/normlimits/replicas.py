@@ -228,6 +228,8 @@ def replicate(ctx, replicas: list[Replica] | None = None, *, record: bool = True
             once = _one_time_seconds(Path(folder) / f"{ctx.chapter}.timing.json")
         if once and hasattr(ctx, "one_time"):
             ctx.one_time(once)      # the child's cached training is not the chapter's running cost
+        if hasattr(ctx, "replica_ran"):
+            ctx.replica_ran(replica.label, max(seconds - once, 0.0))
         rows = [r for r in rows if not r.get("variant")]
         stray = sorted({r["id"] for r in rows} - own)
         if stray:
