@@ -258,20 +258,17 @@ def tiny():
 
 
 @pytest.fixture(scope="module")
-def compared(tiny, tmp_path_factory):
-    import os
-
+def capture_cache(tmp_path_factory):
+    """This module's forward passes go to a capture cache of its own (not the book's)."""
     cache = tmp_path_factory.mktemp("captures")
-    old = os.environ.get("NORMLIMITS_CAPTURE_CACHE")
-    os.environ["NORMLIMITS_CAPTURE_CACHE"] = str(cache)
-    try:
-        result = Q.compare(tiny, CORPUS, 1, _plan(), texts=[TEXT[:300], TEXT[500:900]])
-    finally:
-        if old is None:
-            os.environ.pop("NORMLIMITS_CAPTURE_CACHE")
-        else:
-            os.environ["NORMLIMITS_CAPTURE_CACHE"] = old
-    return result, cache
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NORMLIMITS_CAPTURE_CACHE", str(cache))
+        yield cache
+
+
+@pytest.fixture(scope="module")
+def compared(tiny, capture_cache):
+    return Q.compare(tiny, CORPUS, 1, _plan(), texts=[TEXT[:300], TEXT[500:900]]), capture_cache
 
 
 def test_compare_runs_the_audits_yardsticks_on_both_copies(tiny, compared):
@@ -299,6 +296,8 @@ def test_compare_runs_the_audits_yardsticks_on_both_copies(tiny, compared):
     assert result["bits_per_byte"]["original"]["per_byte"] == pytest.approx(
         heldout.bits_per_byte(tiny, texts).per_byte)
     assert result["bits_per_byte"]["original"]["bytes"] == result["bits_per_byte"]["rounded"]["bytes"]
+    assert result["bits_per_byte"]["bigram"]["per_byte"] == pytest.approx(
+        heldout.bigram_bits_per_byte(CORPUS.text, texts).per_byte)
     assert result["bits_per_byte"]["original"]["per_byte"] != result["bits_per_byte"]["rounded"]["per_byte"]
 
 
@@ -328,9 +327,12 @@ def test_statistic_table_and_summary_of_a_real_comparison(compared):
 
 
 def _row(claim, verdict, criteria):
-    return {"id": claim, "verdict": verdict,
-            "criteria": [{"key": k, "statistic_text": f"stat {k}", "op": "<=", "threshold": t,
-                          "value": v, "passed": p} for k, t, v, p in criteria]}
+    return {"id": claim, "verdict": verdict, "rule": "a test rule", "headline": criteria[0][0],
+            "outcomes": [["all", "confirmed"], ["else", "refuted"]],
+            "criteria": [{"key": k, "statistic": f"stat {k}", "statistic_text": f"stat {k}",
+                          "op": "between" if isinstance(t, list) else "<=", "threshold": t,
+                          "kind": "measurement", "value": v, "passed": p}
+                         for k, t, v, p in criteria]}
 
 
 def test_tables_on_a_hand_made_result():
@@ -346,7 +348,9 @@ def test_tables_on_a_hand_made_result():
     table = Q.statistic_table(result)
     assert table.loc[("A", "x"), "difference"] == pytest.approx(0.2)
     assert np.isnan(table.loc[("A", "y"), "difference"])
-    assert table.loc[("A", "y"), "rule"] == "<= [0, 1]" and table.loc[("B", "z"), "rule"] == "<= 1"
+    assert table.loc[("A", "y"), "rule"] == "in [0, 1]" and table.loc[("B", "z"), "rule"] == "≤ 1"
+    assert table.loc[("A", "x"), "margin"] == pytest.approx(0.1)
+    assert table.loc[("B", "z"), "margin"] == pytest.approx(1.0) and np.isnan(table.loc[("A", "y"), "margin"])
     assert Q.verdict_changes(result) == ["A: confirmed -> refuted"]
     numbers = Q.summary(result)
     assert numbers["matrix_error"] == pytest.approx(np.sqrt(16 / 400))
@@ -355,6 +359,8 @@ def test_tables_on_a_hand_made_result():
     assert numbers["verdicts_changed"] == 1 and numbers["verdict_changes"] == "A: confirmed -> refuted"
     assert numbers["criteria_flipped"] == 2
     assert numbers["largest_relative_move"] == pytest.approx(0.5) and numbers["largest_move_at"] == "A x"
+    # A x moved 0.2 across a margin of 0.1 (ratio 0.5); B z moved 0.5 within a margin of 1 (ratio 2)
+    assert numbers["closest_ratio"] == pytest.approx(0.5) and numbers["closest_at"] == "A x"
     result["rows"]["rounded"] = result["rows"]["rounded"][::-1]
     with pytest.raises(ValueError, match="different claims"):
         Q.statistic_table(result)

@@ -364,13 +364,15 @@ def compare(loaded, corpus, window_count: int, plan: TypePlan, *,
     ``max_length``), the same random rows, the same ``texts`` (default: :data:`HELD_OUT_TEXTS`
     held-out texts of the stand-in's split). Returns the JSON-able result :func:`round_trip_study`
     caches: ``plan``, ``models`` (name and label of each copy), ``rows`` (each copy's graded ledger
-    rows), ``bits_per_byte``, ``weights`` (the error records), ``length``, ``windows`` and
-    ``seconds``."""
+    rows), ``bits_per_byte`` (of each copy and of the stand-in's bigram baseline, on the same
+    bytes), ``weights`` (the error records), ``length``, ``windows`` and ``seconds`` (wall time of
+    the round trip, of each copy's yardsticks and in all; ``cpu_total``: CPU seconds of every
+    thread, which a machine's load does not inflate)."""
     from . import heldout
     from .architectures import Skipped, survey
     from .protocol import MAX_LENGTH
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     rounded, records = round_trip_model(loaded, plan)
     round_trip_seconds = time.perf_counter() - started
     copies = {"original": loaded, "rounded": rounded}
@@ -389,12 +391,14 @@ def compare(loaded, corpus, window_count: int, plan: TypePlan, *,
                    for k, s in surveyed.items()},
         "length": results[0].length, "windows": results[0].windows,
         "rows": {k: s.rows() for k, s in surveyed.items()},
-        "bits_per_byte": {k: _bits(heldout.bits_per_byte(m, texts)) for k, m in copies.items()},
+        "bits_per_byte": {**{k: _bits(heldout.bits_per_byte(m, texts)) for k, m in copies.items()},
+                          "bigram": _bits(heldout.bigram_bits_per_byte(corpus.text, texts))},
         "texts": len(texts),
         "weights": records,
         "seconds": {"round_trip": round_trip_seconds,
                     **{k: s.seconds for k, s in surveyed.items()},
-                    "total": time.perf_counter() - started},
+                    "total": time.perf_counter() - started,
+                    "cpu_total": time.process_time() - cpu_started},
     }
 
 
@@ -446,21 +450,25 @@ def round_trip_study(loaded, corpus, window_count: int, plan: TypePlan | None = 
         return result, time.perf_counter() - started
 
 
-def _criterion(c: dict) -> str:
-    threshold = c["threshold"]
-    if isinstance(threshold, list):
-        threshold = f"[{threshold[0]:g}, {threshold[1]:g}]"
-    elif isinstance(threshold, (int, float)):
-        threshold = f"{threshold:g}"
-    return f"{c['op']} {threshold}"
+def _margin(criterion, value: float) -> float:
+    """How far ``value`` lies from the edge of ``criterion``'s threshold (NaN when not measured):
+    a statistic must move at least this much for the criterion's outcome to change."""
+    if math.isnan(value):
+        return math.nan
+    t = criterion.threshold
+    edges = t if isinstance(t, tuple) else (t,)
+    return min(abs(value - edge) for edge in edges)
 
 
 def statistic_table(result: dict):
     """Every graded statistic on both copies: one row per (claim, criterion), columns
-    ``statistic``, ``rule`` (operator and threshold), ``original``, ``rounded``, ``difference``
-    (rounded - original; NaN where either is not measured), ``passed`` on each, and each copy's
-    verdict of the claim. A pandas DataFrame indexed by (claim, criterion key)."""
+    ``statistic``, ``rule`` (the criterion's test in words, :meth:`Criterion.describe`),
+    ``original``, ``rounded``, ``difference`` (rounded - original; NaN where either is not
+    measured), ``margin`` (the original's distance to the threshold's edge), ``passed`` on each,
+    and each copy's verdict of the claim. A pandas DataFrame indexed by (claim, criterion key)."""
     import pandas as pd
+
+    from .claims.rules import Rule
 
     original, rounded = result["rows"]["original"], result["rows"]["rounded"]
     if [r["id"] for r in original] != [r["id"] for r in rounded]:
@@ -468,14 +476,14 @@ def statistic_table(result: dict):
                          f"{[r['id'] for r in original]} against {[r['id'] for r in rounded]}")
     rows = {}
     for a, b in zip(original, rounded):
-        for ca, cb in zip(a["criteria"], b["criteria"]):
+        for criterion, ca, cb in zip(Rule.from_row(a).criteria, a["criteria"], b["criteria"]):
             va = math.nan if ca["value"] is None else ca["value"]
             vb = math.nan if cb["value"] is None else cb["value"]
             rows[(a["id"], ca["key"])] = {
-                "statistic": ca["statistic_text"], "rule": _criterion(ca), "original": va,
-                "rounded": vb, "difference": vb - va, "passed (original)": ca["passed"],
-                "passed (rounded)": cb["passed"], "verdict (original)": a["verdict"],
-                "verdict (rounded)": b["verdict"]}
+                "statistic": ca["statistic_text"], "rule": criterion.describe(), "original": va,
+                "rounded": vb, "difference": vb - va, "margin": _margin(criterion, va),
+                "passed (original)": ca["passed"], "passed (rounded)": cb["passed"],
+                "verdict (original)": a["verdict"], "verdict (rounded)": b["verdict"]}
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index = pd.MultiIndex.from_tuples(table.index, names=["claim", "criterion"])
     return table
@@ -493,7 +501,9 @@ def summary(result: dict) -> dict:
     weight error of the block matrices and of the token embedding (over all tensors of that role);
     how many claims and criteria were compared, how many verdicts and pass/fail outcomes changed
     (and which verdicts, in words); the largest relative move of a graded statistic
-    (|difference| / |original|, over the statistics measured on both with a nonzero original)."""
+    (|difference| / |original|, over the statistics measured on both with a nonzero original); the
+    closest call: the smallest ratio of a criterion's margin to its statistic's move (below 1:
+    the move crossed the threshold), and where."""
     table = statistic_table(result)
     bpb = {k: v["per_byte"] for k, v in result["bits_per_byte"].items()}
 
@@ -505,6 +515,9 @@ def summary(result: dict) -> dict:
     measured = table.dropna(subset=["original", "rounded"])
     measured = measured[measured["original"] != 0]
     relative = (measured["difference"].abs() / measured["original"].abs())
+    moved = table.dropna(subset=["difference", "margin"])
+    moved = moved[moved["difference"] != 0]
+    ratio = moved["margin"] / moved["difference"].abs()
     changed = verdict_changes(result)
     flips = int((table["passed (original)"] != table["passed (rounded)"]).sum())
     return {"bpb_original": bpb["original"], "bpb_rounded": bpb["rounded"],
@@ -517,4 +530,6 @@ def summary(result: dict) -> dict:
             "verdict_changes": "; ".join(changed) if changed else "none",
             "criteria_flipped": flips,
             "largest_relative_move": float(relative.max()) if len(relative) else math.nan,
-            "largest_move_at": (" ".join(relative.idxmax()) if len(relative) else "none")}
+            "largest_move_at": (" ".join(relative.idxmax()) if len(relative) else "none"),
+            "closest_ratio": float(ratio.min()) if len(ratio) else math.nan,
+            "closest_at": (" ".join(ratio.idxmin()) if len(ratio) else "none")}
