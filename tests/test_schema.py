@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from conftest import with_value
 from normlimits import claims, ledger, schema
 from normlimits.claims.rules import KINDS, OPS, VERDICTS
 
@@ -86,11 +87,7 @@ def test_a_not_testable_row_with_its_reason_is_valid():
     (("schema_version",), 1.0, "schema_version"),
 ])
 def test_a_field_of_another_type_is_refused_naming_it(ledger_doc, path, bad, named):
-    doc = copy.deepcopy(ledger_doc)
-    target = doc
-    for step in path[:-1]:
-        target = target[step]
-    target[path[-1]] = bad
+    doc = with_value(ledger_doc, path, bad)
     found = schema.problems(doc, "ledger")
     assert found and any(p.startswith(named) for p in found), found
     with pytest.raises(schema.SchemaError, match="is not a valid ledger document"):
