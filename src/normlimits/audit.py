@@ -356,7 +356,8 @@ def _audit(args, output, start: float, say, argv: list[str]) -> dict:
                     if getattr(args, "resume", True) else None, say)
     setup = time.perf_counter() - start
     say(f"{model_label(loaded)}: {len(windows)} windows of {length} tokens on {where}; "
-        f"set-up {setup:.1f} s" + (f"; resume cache {resume.folder}" if resume.enabled else ""))
+        f"set-up {setup:.1f} s" + (f"; resume cache {Path(output.shown).parent / resume.folder.name}"
+                                   if resume.enabled else ""))
     run = run_audit(loaded, windows, config, yardsticks=names, say=say,
                     captures=resume.captures(loaded, windows, ", ".join(names)))
     measured = run["measured"]

@@ -74,8 +74,8 @@ def project_version(package_root: Path | None = None) -> dict:
     ``package_root`` (default: this package's folder) counts as a checkout only when it is the
     ``src/normlimits`` folder of a git work tree (an installed copy inside some other repository
     is not). Returns ``name``, ``version`` (the installed distribution's, else ``unknown``),
-    ``git_commit`` (40 hex digits, or None), ``git_dirty`` (tracked files changed since the
-    commit, or None) and ``git`` in words (``commit <sha>[ with uncommitted changes]`` or
+    ``git_commit`` (40 hex digits, or None), ``git_dirty`` (the package's own tracked files
+    changed since the commit, or None; files elsewhere in the repository do not count) and ``git`` in words (``commit <sha>[ with uncommitted changes]`` or
     :data:`NOT_A_CHECKOUT`).
     """
     root = Path(package_root or Path(__file__).resolve().parent).resolve()
