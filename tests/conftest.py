@@ -35,6 +35,19 @@ def make_tiny_gpt2(n_layer=2, n_head=4, n_embd=32, n_positions=64, vocab=300, se
     return GPT2LMHeadModel(config).eval()
 
 
+def with_value(doc, path, value):
+    """A deep copy of the JSON document ``doc`` with the field at ``path`` (keys and indices) set
+    to ``value`` (the schema tests change one field's type with it)."""
+    import copy
+
+    changed = copy.deepcopy(doc)
+    parent = changed
+    for step in path[:-1]:
+        parent = parent[step]
+    parent[path[-1]] = value
+    return changed
+
+
 @pytest.fixture
 def tiny_loaded():
     """A tiny GPT-2 wrapped as a LoadedModel with the byte tokenizer."""

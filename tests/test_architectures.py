@@ -125,8 +125,34 @@ def test_tables_and_figures(surveyed):
     for yardstick in A.YARDSTICK_CLAIMS:
         fig = A.plot_yardstick(done, yardstick)
         assert len(fig.axes[0].lines) >= len(done)
+        assert [line.get_label() for line in fig.axes[0].lines][:2] == [
+            f"{r.name} ({r.positions})" for r in done]
     with pytest.raises(ValueError, match="yardstick='entropy'"):
-        A._curve(done[0], "entropy")
+        A.plot_yardstick(done, "entropy")
+
+
+def test_the_chapters_curves_are_the_measured_ones(surveyed):
+    """The figure's curves (read by normlimits.compare from the statistics an audit writes) are
+    the curves computed from the yardsticks' own results, as the chapter drew them before."""
+    import numpy as np
+
+    from normlimits.compare import curve
+
+    for r in (x for x in surveyed if isinstance(x, A.Surveyed)):
+        doc = r.document()
+        stats = r.measured["vanishing"].result["stats"]
+        maxw = torch.exp(torch.log(stats.max_weight).mean(0)).reshape(-1, len(stats.lengths)).numpy()
+        x, y = curve(doc, "vanishing")
+        assert np.array_equal(x, stats.lengths.numpy()) and np.array_equal(y, np.median(maxw, 0))
+        search = r.measured["critical_n"].result["row"].search
+        alpha = r.measured["critical_n"].statistics["alpha"]
+        want = np.asarray([np.nan if f is None else f for f in search.fraction(alpha)], dtype=float)
+        assert np.array_equal(curve(doc, "critical_n")[1], want, equal_nan=True)
+        c = r.measured["jacobian"].result["curves"]
+        x, y = curve(doc, "jacobian")
+        assert np.array_equal(x, c.t) and np.array_equal(y, c.g[:, int(np.argmin(c.eps))])
+        x, y = curve(doc, "separability")
+        assert np.array_equal(y, r.measured["separability"].result["figure3"]["median"])
 
 
 def test_holds_reads_every_verdict():

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from normlimits import audit, yardsticks
+from normlimits import audit, schema, yardsticks
 from normlimits.capture import capture_window
 from normlimits.claims import regrade
 from normlimits.ledger import validate_row
 from normlimits.models import BYTE_TOKENIZER_FILE, LoadedModel, byte_encode
+from normlimits.provenance import results_sha256
 
-from conftest import SHARED_CORPUS, make_tiny_gpt2
+from conftest import SHARED_CORPUS, make_tiny_gpt2, with_value
 
 GPT2_BPE = SHARED_CORPUS.parent / "gpt2-bpe"
 LENGTH = 64
@@ -116,19 +117,37 @@ def test_audit_writes_valid_rows_figures_and_report(which, request):
     for name in yardsticks.YARDSTICKS:
         png = (out / f"{name}.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
-        assert doc["timings"]["yardstick_seconds"][name] > 0
+        assert (out / f"{name}.svg").read_bytes().lstrip().startswith(b"<?xml")
+        assert (out / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
+        assert doc["figures"][name] == {k: f"{name}.{k}" for k in ("png", "svg", "pdf")}
+        assert doc["provenance"]["timings"]["yardstick_seconds"][name] > 0
     corpus_sha = hashlib.sha256(SHARED_CORPUS.read_text(encoding="utf-8").encode()).hexdigest()
     assert doc["corpus"]["sha256"] == corpus_sha
     assert doc["settings"]["windows"] == 2 and doc["settings"]["length"] == LENGTH
     report = (out / "report.md").read_text()
     assert doc["model"]["label"] in report and "F3" in report and "jacobian.png" in report
+    assert doc["provenance"]["results_sha256"] in report
+    assert (out / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert schema.problems(doc, "audit") == []
+    assert doc["provenance"]["results_sha256"] == results_sha256(doc["rows"])
     assert not [p for p in out.iterdir() if p.name.startswith(".") or p.suffix == ".tmp"]
+
+
+def test_audit_json_follows_its_schema_and_a_changed_type_is_refused(gpt2_run):
+    _, doc = gpt2_run
+    assert doc["schema_version"] == schema.SCHEMA_VERSION and schema.problems(doc, "audit") == []
+    for path, bad in ((("settings", "windows"), "2"), (("provenance", "results_sha256"), 7),
+                      (("provenance", "windows", "starts"), "0, 1"), (("model", "is_paper_model"), "no")):
+        found = schema.problems(with_value(doc, path, bad), "audit")
+        assert found and found[0].startswith(".".join(path)), (path, found)
 
 
 def test_gpt2_folder_uses_its_saved_tokenizer(gpt2_run):
     _, doc = gpt2_run
     assert doc["model"]["family"] == "gpt2" and doc["model"]["tokenizer"] != "bytes (UTF-8)"
     assert "bytes" not in doc["model"]["tokenizer"]
+    assert doc["provenance"]["tokenizer"] == {"kind": doc["model"]["tokenizer"], "vocab_size": 50257,
+                                              "model_vocab_size": 50257}
 
 
 def test_llama_run_is_llama_and_every_position(llama_run):
@@ -146,7 +165,9 @@ def test_progress_lines_name_windows_and_yardsticks(byte_gpt2_folder, tmp_path, 
     doc = json.loads((tmp_path / "out" / "audit.json").read_text())
     assert [r["id"] for r in doc["rows"]] == ["NU", "C1", "F4", "EPS"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "audit.json", "jacobian.png", "manifest.json", "report.md", "vanishing.png"]
+        "audit.json", "jacobian.pdf", "jacobian.png", "jacobian.svg", "manifest.json", "report.html",
+        "report.md", "vanishing.pdf", "vanishing.png", "vanishing.svg"]
+    assert not [p for p in tmp_path.iterdir() if p.name != "out"], "the resume cache goes when done"
 
 
 def test_a_failing_yardstick_leaves_no_output(byte_gpt2_folder, tmp_path, monkeypatch):
@@ -157,7 +178,14 @@ def test_a_failing_yardstick_leaves_no_output(byte_gpt2_folder, tmp_path, monkey
     monkeypatch.setitem(yardsticks.YARDSTICKS, "separability", broken)
     with pytest.raises(RuntimeError, match="planted failure"):
         _run(byte_gpt2_folder, tmp_path / "out")
-    assert list(tmp_path.iterdir()) == [], "no folder, no temporary folder, no lock file left"
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".out.resume-"), \
+        f"no folder, no temporary folder, no lock file left; only the resume cache: {left}"
+    assert sorted(p.name for p in (tmp_path / left[0]).iterdir()) == [
+        "key.json", "window-0000.safetensors", "window-0000.sha256"]
+    with pytest.raises(RuntimeError, match="planted failure"):
+        _run(byte_gpt2_folder, tmp_path / "out2", "--no-resume")
+    assert not (tmp_path / "out2").exists() and not list(tmp_path.glob(".out2*"))
 
 
 # ---------------------------------------------------------------------------- bad arguments

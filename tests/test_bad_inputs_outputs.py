@@ -68,13 +68,17 @@ def _complete_audit(out: Path) -> dict:
         data = (out / name).read_bytes()
         assert len(data) == info["bytes"] and hashlib.sha256(data).hexdigest() == info["sha256"]
     doc = json.loads((out / "audit.json").read_text())
-    assert sorted(manifest["files"]) == sorted(["audit.json", "report.md",
-                                                *[f"{n}.png" for n in doc["settings"]["yardsticks"]]])
+    assert sorted(manifest["files"]) == sorted(
+        ["audit.json", "report.md", "report.html",
+         *[f"{n}.{kind}" for n in doc["settings"]["yardsticks"] for kind in ("png", "svg", "pdf")]])
     return doc
 
 
-def _no_leftovers(parent: Path) -> None:
-    left = [p.name for p in parent.iterdir() if p.name.startswith(".")]
+def _no_leftovers(parent: Path, resume: bool = False) -> None:
+    """No temporary folder or lock file beside the output (``resume``: an interrupted audit's
+    hidden resume cache may remain, which a re-run uses)."""
+    left = [p.name for p in parent.iterdir() if p.name.startswith(".")
+            and not (resume and ".resume-" in p.name)]
     assert left == [], f"temporary folders or lock files left: {left}"
 
 
@@ -247,10 +251,11 @@ def test_the_lock_refuses_a_second_writer_of_a_file_too(tmp_path):
 # ================================================================ 4. interrupted audits
 
 def _interrupt_forward(monkeypatch, at: int = 2) -> None:
-    """Ctrl-C during the forward pass of window ``at`` (where the main thread spends its time)."""
-    import normlimits.capture
+    """Ctrl-C during the forward pass of window ``at`` (where the main thread spends its time;
+    the audit's forward passes go through its resume cache, normlimits.capture_cache.serve)."""
+    import normlimits.capture_cache
 
-    real, calls = normlimits.capture.capture_window, []
+    real, calls = normlimits.capture_cache.capture_window, []
 
     def capture(*args, **kwargs):
         calls.append(1)
@@ -258,7 +263,7 @@ def _interrupt_forward(monkeypatch, at: int = 2) -> None:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(normlimits.capture, "capture_window", capture)
+    monkeypatch.setattr(normlimits.capture_cache, "capture_window", capture)
 
 
 def test_an_interrupted_audit_leaves_the_old_folder_intact(model_folder, tmp_path, monkeypatch):
@@ -286,14 +291,24 @@ def test_an_interrupted_audit_leaves_the_old_folder_intact(model_folder, tmp_pat
         audit.main(_argv(model_folder, out, "--windows", "2", "--yardsticks", "vanishing", "jacobian"))
     assert _fingerprint(out) == before
     assert _complete_audit(out)["settings"]["windows"] == 1
-    _no_leftovers(tmp_path)
+    _no_leftovers(tmp_path, resume=True)
 
 
-def test_an_interrupted_first_audit_leaves_nothing(model_folder, tmp_path, monkeypatch):
+def test_an_interrupted_first_audit_leaves_nothing_but_its_resume_cache(model_folder, tmp_path,
+                                                                         monkeypatch):
+    """No output, no temporary folder, no lock; only the hidden resume cache of the window it
+    finished (issue 36: a re-run resumes from it), and with --no-resume nothing at all."""
     _interrupt_forward(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         audit.main(_argv(model_folder, tmp_path / "out", "--windows", "2"))
-    assert list(tmp_path.iterdir()) == []
+    [left] = list(tmp_path.iterdir())
+    assert left.name.startswith(".out.resume-")
+    assert sorted(p.name for p in left.iterdir()) == ["key.json", "window-0000.safetensors",
+                                                      "window-0000.sha256"]
+    _interrupt_forward(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        audit.main(_argv(model_folder, tmp_path / "out2", "--windows", "2", "--no-resume"))
+    assert list(tmp_path.iterdir()) == [left]
 
 
 def test_a_killed_audits_temporary_folder_is_hidden_and_removed_by_the_next(model_folder, tmp_path):

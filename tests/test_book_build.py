@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from normlimits import claims, ledger
@@ -17,7 +15,7 @@ def test_strict_build_writes_the_site(built_book):
 
 
 def _rows(built_book):
-    rows = json.loads((built_book / "ledger.json").read_text())
+    rows = ledger.read_ledger_json(built_book / "ledger.json")
     assert rows, "the ledger is empty"
     return rows
 

@@ -86,7 +86,7 @@ def test_the_whole_book_builds_strictly_on_a_tiny_llama(tmp_path):
                                     f"{result.returncode}); log in {log}:\n"
                                     + (result.stdout + result.stderr)[-6000:])
     print(f"book built on a tiny Llama in {seconds:.0f} s")
-    rows = json.loads((book / "_build" / "ledger.json").read_text())
+    rows = ledger.read_ledger_json(book / "_build" / "ledger.json")
     own = [r for r in rows if str(model) in r["model"] or Path(r["model"].split(" (")[0]).name == model.name]
     chapters = {r["chapter"] for r in own}
     for chapter in ("vanishing", "distances", "separability", "gradients", "alternatives"):

@@ -89,6 +89,26 @@ def test_plain_text_twin():
     assert claims.plain_text(r"$\lVert q\rVert\max_j\lVert k_j\rVert \le \tfrac1L e^{2\Delta/T}$") \
         == "‖q‖max_j‖k_j‖ ≤ 1/L e^2Δ/T"
     assert claims.plain_text("**bold** and *it*") == "bold and it"
+    assert claims.plain_text(r"$\max_{\rm heads}g(T,10^{-3})$, $\mathbb E\tilde d$, $\tilde x$") \
+        == "max_heads g(T,10^-3), 𝔼d̃, x̃"
+
+
+def test_every_registered_text_has_a_plain_twin_without_latex():
+    """The reports without MathJax (report.md, report.html, compare.html) show the *_text twins:
+    no LaTeX command, dollar or brace may be left in them."""
+    import re
+
+    for item in claims.REGISTRY.values():
+        for text in (item.claim, item.paper, item.rule.text, *(c.statistic for c in item.rule.criteria)):
+            plain = claims.plain_text(text)
+            assert not re.search(r"\\[A-Za-z]+|[{}$]", plain), (item.id, plain)
+
+
+def test_a_criterion_is_rebuilt_from_its_row_entry():
+    rule = _rule()
+    row = rule.to_row({"slope": 0.3, "exponent": 1.0, "zero": 0})
+    for c, entry in zip(rule.criteria, json.loads(json.dumps(row["criteria"]))):
+        assert claims.Criterion.from_dict(entry) == c
 
 
 def test_registry_is_consistent():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -188,6 +189,11 @@ def test_audit_runs_on_the_shipped_gguf_file_and_refuses_a_truncated_copy(conver
     doc = json.loads((out / "audit.json").read_text())
     assert doc["model"]["family"] == "llama" and doc["model"]["layers"] == 30
     assert {row["id"] for row in doc["rows"]} == {"NU", "C1"}
+    source = doc["provenance"]["model_source"]          # the file itself and its conversion, pinned
+    assert source["kind"] == "gguf" and source["gguf"]["sha256"] == G.SMOLLM2_SHA256
+    assert source["gguf"]["bytes"] == G.smollm2_path().stat().st_size
+    assert {Path(f["name"]).name for f in source["files"]} >= {"config.json", "model.safetensors"}
+    assert doc["provenance"]["tokenizer"]["vocab_size"] == 49152
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(G.smollm2_path().read_bytes()[:1_000_000])
     with pytest.raises(SystemExit) as exc:

@@ -13,7 +13,6 @@ claim it owes the ledger. A chapter the build already replayed on the stand-in i
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -45,7 +44,7 @@ def replayed_by_the_build(built_book: Path, chapter: str) -> bool:
     is not the stand-in, the ledger holds the chapter's rows with ``variant == "standin"``: the
     reader's re-execution on the stand-in has run, on every window, and need not run again here.
     """
-    rows = json.loads((built_book / "ledger.json").read_text())
+    rows = ledger.read_ledger_json(built_book / "ledger.json")
     return any(r["chapter"] == chapter and r.get("variant") == MODEL for r in rows)
 
 

@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 
+from normlimits.ledger import read_ledger_json
 from normlimits.pages import is_notebook
 
 pytestmark = [pytest.mark.book, pytest.mark.browser]
@@ -428,7 +429,7 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
     # the Verdicts page against the ledger
     ledger_path = build / "ledger.json"
     verdict_pages = [rel for rel, f in pages.items() if f.get("ledgerTables")]
-    rows = json.loads(ledger_path.read_text()) if ledger_path.is_file() else None
+    rows = read_ledger_json(ledger_path) if ledger_path.is_file() else None
     if rows is None:
         problems["verdicts"].append(f"{ledger_path} is missing")
     elif len(verdict_pages) != 1 and rows:

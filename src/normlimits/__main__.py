@@ -1,6 +1,7 @@
 """``python -m normlimits <command>`` (also the ``normlimits`` console script).
 
-Commands: ``audit`` (:mod:`normlimits.audit`: the paper's yardsticks on any causal LM).
+Commands: ``audit`` (:mod:`normlimits.audit`: the paper's yardsticks on any causal LM) and
+``compare`` (:mod:`normlimits.compare`: several audits side by side).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-COMMANDS = {"audit": "normlimits.audit"}
+COMMANDS = {"audit": "normlimits.audit", "compare": "normlimits.compare"}
 USAGE = f"usage: normlimits {{{','.join(COMMANDS)}}} [options]  (normlimits <command> --help)"
 
 

@@ -19,9 +19,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -92,6 +91,16 @@ class Surveyed:
         """Every graded row of every yardstick, in the paper's order."""
         return [row for m in self.measured.values() for row in m.rows]
 
+    def document(self) -> dict:
+        """This model's results as an audit document (the parts :mod:`normlimits.compare`'s
+        tables and curves read: ``model``, ``settings``, ``rows``, ``statistics``)."""
+        return {"model": {"label": self.label, "name": self.name, "family": self.family,
+                          "positions": self.positions, "layers": self.layers, "heads": self.heads,
+                          "kv_heads": self.kv_heads, "n_params": self.params},
+                "settings": {"windows": self.windows, "length": self.length},
+                "rows": self.rows(),
+                "statistics": {name: m.statistics for name, m in self.measured.items()}}
+
     def criterion(self, claim_id: str, key: str):
         """The value of criterion ``key`` in the row of ``claim_id`` (None when not graded)."""
         for row in self.rows():
@@ -134,7 +143,7 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
     L = min(its context, ``max_length``) tokens of ``corpus``, and yield a :class:`Surveyed`; a
     model whose loader raises (an unknown id, not available offline, an unsupported family, a
     damaged folder) yields a :class:`Skipped` with the message."""
-    from .audit import model_label, run_audit
+    from .audit import GLOBAL_SEED, model_label, run_audit
     from .capture import cached_captures
     from .corpus import token_windows
     from .yardsticks import AuditConfig
@@ -152,7 +161,7 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
         count = min(window_count, (windows_of or {}).get(name, window_count))
         windows = token_windows(loaded, corpus, length, count)
         config = AuditConfig(length=length, paper_model=bool(loaded.is_paper_model))
-        torch.manual_seed(0)            # as `normlimits audit` does: the same rows for the same model
+        torch.manual_seed(GLOBAL_SEED)  # as `normlimits audit` does: the same rows for the same model
         # the book's capture cache: a model the chapters ran on is not captured twice
         run = run_audit(loaded, windows, config, yardsticks=yardsticks, say=say,
                         captures=cached_captures(loaded, corpus, length, count))
@@ -170,82 +179,33 @@ def holds(verdict: str) -> str:
     return HOLDS.get(verdict, verdict)
 
 
-def comparison_table(results: Iterable[Surveyed]) -> pd.DataFrame:
-    """One column per model: architecture, size, and the headline statistic of each yardstick."""
-    columns = {}
-    for r in results:
-        columns[r.name] = {
-            "positions": r.positions,
-            "query / key-value heads per layer": f"{r.heads} / {r.kv_heads}",
-            "layers": r.layers, "parameters (M)": round(r.params / 1e6, 2),
-            "L (windows x tokens)": f"{r.windows} x {r.length}",
-            "largest-weight exponent in L (median head)": r.criterion("NU", "exponent"),
-            "rows with L > e^(2 Delta/T)": r.criterion("NU", "regime"),
-            "critical N / L at the largest L": r.criterion("F2c", "fraction"),
-            "true / expected distance at N = 5": r.criterion("F2a", "close"),
-            "N_s/N plateau (median head)": r.criterion("F3", "level"),
-            "slope of g in T at low T (deviation from -1)": r.criterion("F4", "low_slope"),
-        }
-    return pd.DataFrame(columns)
+def comparison_table(results: Sequence[Surveyed]) -> pd.DataFrame:
+    """One column per model: architecture, size, and the headline statistic of each yardstick
+    (:func:`normlimits.compare.statistics_frame`, the table ``normlimits compare`` shows)."""
+    from .compare import statistics_frame
+
+    results = list(results)
+    return statistics_frame([r.document() for r in results], [r.name for r in results])
 
 
-def verdict_table(results: Iterable[Surveyed]) -> pd.DataFrame:
-    """Claims x models: each cell the verdict by the registered rule and what it says of the limit."""
-    cells: dict[str, dict[str, str]] = {}
-    for r in results:
-        cells[r.name] = {row["id"]: f"{row['verdict']}: {holds(row['verdict'])}" for row in r.rows()}
+def verdict_table(results: Sequence[Surveyed]) -> pd.DataFrame:
+    """Claims x models: each cell the verdict by the registered rule and what it says of the limit
+    (:func:`normlimits.compare.verdict_frame`)."""
+    from .compare import verdict_frame
+
+    results = list(results)
+    table = verdict_frame([r.document() for r in results], [r.name for r in results],
+                          cell=lambda row: f"{row['verdict']}: {holds(row['verdict'])}")
     order = [c for claims in YARDSTICK_CLAIMS.values() for c in claims]
-    table = pd.DataFrame(cells)
     return table.reindex([c for c in order if c in table.index])
 
 
-def _curve(r: Surveyed, yardstick: str):
-    """(x, y) of one model's headline curve for ``yardstick``."""
-    if yardstick not in YARDSTICK_CLAIMS:
-        raise ValueError(f"yardstick={yardstick!r}: choose one of {list(YARDSTICK_CLAIMS)}")
-    m = r.measured[yardstick]
-    if yardstick == "vanishing":
-        stats = m.result["stats"]
-        x = stats.lengths.numpy()
-        maxw = torch.exp(torch.log(stats.max_weight).mean(0)).reshape(-1, len(x)).numpy()
-        return x, np.median(maxw, 0)
-    if yardstick == "critical_n":
-        search = m.result["row"].search
-        alpha = m.statistics["alpha"]
-        fr = [np.nan if f is None else f for f in search.fraction(alpha)]
-        return np.asarray(search.lengths), np.asarray(fr, dtype=float)
-    if yardstick == "separability":
-        return np.asarray(m.statistics["n_grid"]), np.asarray(m.statistics["median"])
-    curves = m.result["curves"]         # jacobian; g: [temperatures, epsilons], max over heads
-    return np.asarray(curves.t), np.asarray(curves.g)[:, int(np.argmin(curves.eps))]
-
-
-_AXES = {
-    "vanishing": dict(xscale="log", yscale="log", xlabel="L (keys visible)",
-                      ylabel="largest weight (median head)", title="Vanishing attention"),
-    "critical_n": dict(xscale="log", xlabel="L", ylabel="critical N / L",
-                       title="Critical N (paper's protocol)"),
-    "separability": dict(xscale="log", xlabel="N (top-N tokens)", ylabel="$N_s/N$ (median head)",
-                         ylim=(0, 1.05), title="Geometric separability"),
-    "jacobian": dict(xscale="log", yscale="log", xlabel="temperature T",
-                     ylabel="g(T, smallest ε), max over heads", title="Gradient sensitivity"),
-}
-
-
 def plot_yardstick(results: Sequence[Surveyed], yardstick: str, ax=None):
-    """Every surveyed model's headline curve for ``yardstick`` on ``ax`` (default: a new figure);
-    returns the figure."""
-    import matplotlib.pyplot as plt
+    """Every surveyed model's headline curve for ``yardstick`` on ``ax`` (default: a new figure),
+    as ``normlimits compare`` overlays audits (:func:`normlimits.compare.plot_overlay`); returns
+    the figure."""
+    from .compare import plot_overlay
 
-    fig, ax = plt.subplots(figsize=(6, 4)) if ax is None else (ax.figure, ax)
-    for r in results:
-        if yardstick not in r.measured:
-            continue
-        x, y = _curve(r, yardstick)
-        ax.plot(x, y, "o-", ms=3, label=f"{r.name} ({r.positions})")
-    if yardstick == "vanishing":
-        lengths = np.asarray(sorted({v for r in results for v in _curve(r, "vanishing")[0]}))
-        ax.plot(lengths, 1 / lengths, "k--", lw=1, label="1/L (uniform)")
-    ax.set(**_AXES[yardstick])
-    ax.legend(fontsize="small")
-    return fig
+    results = list(results)
+    return plot_overlay([r.document() for r in results],
+                        [f"{r.name} ({r.positions})" for r in results], yardstick, ax=ax)

@@ -20,13 +20,24 @@ the old folder aside (``DIR.previous-<time>``). A second audit into the same fol
 is refused (a lock file ``.DIR.lock`` beside it). Whether ``DIR`` can be written is checked
 before the model is loaded. The files:
 
-- ``DIR/audit.json``: ``rows`` (one ledger row per graded claim, the book's ledger format, checked
-  by :func:`normlimits.ledger.validate_row`; ``chapter`` is ``audit``, ``model`` names the model),
-  ``statistics`` and ``ungraded`` per yardstick, ``model``, ``corpus`` (source, bytes, sha256),
-  ``settings`` (windows, length, device, dtype, the grids) and ``timings`` (forward passes and each
-  yardstick, seconds);
-- ``DIR/<yardstick>.png``: one figure per yardstick;
-- ``DIR/report.md``: the verdicts, the ungraded numbers, the figures and the timings.
+- ``DIR/audit.json``: ``schema_version`` (:mod:`normlimits.schema`; the file is validated against
+  the ``audit`` schema before anything is written), ``rows`` (one ledger row per graded claim, the
+  book's ledger format, checked by :func:`normlimits.ledger.validate_row`; ``chapter`` is
+  ``audit``, ``model`` names the model), ``statistics`` and ``ungraded`` per yardstick, ``model``,
+  ``corpus`` (source, bytes, sha256), ``settings`` (windows, length, device, dtype, the grids),
+  ``figures`` (each yardstick's files) and ``provenance`` (:mod:`normlimits.provenance`: the
+  command, versions, git commit, device, dtype and attention kernel, the weight files' sha256, the
+  tokenizer, the windows' positions, every seed, the timings, what was resumed, and
+  ``results_sha256``, one hash of the rows);
+- ``DIR/<yardstick>.png``, ``.svg`` and ``.pdf``: one figure per yardstick
+  (:mod:`normlimits.figure_files`);
+- ``DIR/report.md`` and ``DIR/report.html`` (:mod:`normlimits.audit_report`; the HTML is one
+  self-contained file): the verdicts with their rules, the ungraded numbers, the figures and the
+  provenance.
+
+An interrupted audit resumes: re-run with the same arguments, it reads the windows it finished
+from a checksummed cache beside ``DIR`` (:mod:`normlimits.audit_resume`) and gives the same
+``results_sha256`` as an uninterrupted run (``--no-resume``: keep nothing, start over).
 
 Every bad argument is refused with an error that names the option (``--model``, ``--windows``,
 ...), the value and the remedy; the exit status is then 2.
@@ -36,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
 import re
 import sys
@@ -46,14 +56,18 @@ from typing import Sequence
 
 import torch
 
+from .audit_report import report_markdown
 from .protocol import MAX_LENGTH
 from .yardsticks import CRITICAL_PROTOCOLS, MIN_LENGTH, YARDSTICKS, AuditConfig
 
-__all__ = ["AuditError", "main", "run_audit", "parser", "write_outputs", "report_markdown"]
+__all__ = ["AuditError", "main", "run_audit", "parser", "write_outputs", "report_markdown",
+           "model_block", "GLOBAL_SEED"]
 
 PROG = "normlimits audit"
 #: the longest default window (the paper's L); a model with a shorter context uses its own
 DEFAULT_MAX_LENGTH = MAX_LENGTH
+#: torch's global seed, set before the model is loaded (as the architectures chapter does)
+GLOBAL_SEED = 0
 
 
 class AuditError(ValueError):
@@ -115,6 +129,10 @@ def parser() -> argparse.ArgumentParser:
                    help="critical N under the paper's protocol (every query position, Monte Carlo "
                         "expectation: the book's primary reading; the default) or on the last row "
                         "against the closed-form main sum (the bench's protocol: a quick look)")
+    p.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="keep no resume cache: an interrupted audit then starts over (default: "
+                        "each window's forward pass is kept beside --out until the audit is "
+                        "written, and a re-run with the same arguments reuses them)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -198,8 +216,9 @@ def run_audit(loaded, windows: torch.Tensor, config: AuditConfig, *,
               captures=None) -> dict:
     """Run the chosen yardsticks over ``windows`` [W, L] (token ids), one forward pass per window.
 
-    ``captures``: optionally, an iterable of the windows' captures already computed (e.g. from the
-    book's capture cache), used in place of the forward passes.
+    ``captures``: optionally, an iterable of the windows' captures (e.g. from the book's capture
+    cache or the audit's resume cache), used in place of the forward passes; it reports its own
+    progress (no per-window line is said here then).
     Returns ``{"measured": {name: Measured}, "timings": {...}}``.
     """
     from .bench import Lockstep
@@ -210,9 +229,8 @@ def run_audit(loaded, windows: torch.Tensor, config: AuditConfig, *,
     lockstep = Lockstep({n: (lambda caps, n=n: YARDSTICKS[n](caps, config, label)) for n in names})
 
     def produce():
-        if captures is not None:
-            for index, capture in enumerate(captures):
-                say(f"window {index + 1}/{len(windows)}: {', '.join(names)}")
+        if captures is not None:            # the captures' source says where each came from
+            for capture in captures:
                 yield _on_cpu(capture)
             return
         for index, ids in enumerate(windows):
@@ -231,63 +249,33 @@ def run_audit(loaded, windows: torch.Tensor, config: AuditConfig, *,
     return {"measured": measured, "timings": timings}
 
 
-def _figure_png(fig) -> bytes:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
-
-
 def _fmt(value) -> str:
     return "n/a" if value is None else f"{value:.4g}"
 
 
-def report_markdown(doc: dict) -> str:
-    """The short Markdown report of an ``audit.json`` document."""
-    m, c, s = doc["model"], doc["corpus"], doc["settings"]
-    lines = [f"# Audit of {m['label']}", "",
-             f"- Model: {m['label']}, {m['layers']} layers x {m['heads']} heads, family "
-             f"{m['family']}, tokenizer {m['tokenizer']}; paper's GPT-2 124M: "
-             f"{'yes' if m['is_paper_model'] else 'no'}.",
-             f"- Corpus: {c['source']}.",
-             f"- Settings: {s['windows']} windows of {s['length']} tokens on {s['device']}.", ""]
-    if not m["is_paper_model"]:
-        lines += ["Not the paper's model: a figure of GPT-2 124M that does not come out here is "
-                  "\"not reproduced\", never \"refuted\".", ""]
-    else:
-        lines += ["On the paper's model, the book's verdict on Figure 2 (F2a, F2c) weighs every "
-                  "reading of Eq. (7) it tries; the audit tries only the primary one, so its "
-                  "\"refuted\" there means \"not under the primary reading\".", ""]
-    lines += ["## Verdicts (the book's registered rules)", "",
-              "| claim | statistic | value | verdict | reading |", "|---|---|---|---|---|"]
-    for r in doc["rows"]:
-        lines.append(f"| {r['id']}: {r['claim_text']} | {r['statistic']} | {_fmt(r['value'])} | "
-                     f"**{r['verdict']}** | {r.get('reading', '')} |")
-    for name, why in doc["ungraded"].items():
-        lines += ["", f"## {name}: not graded", "", f"{why}."]
-    lines += ["", "## Figures", ""]
-    lines += [f"![{name}]({path})" for name, path in doc["figures"].items()]
-    t = doc["timings"]
-    lines += ["", "## Time", "", f"- forward passes: {t['forward_seconds']:.1f} s"]
-    lines += [f"- {n}: {v:.1f} s" for n, v in t["yardstick_seconds"].items()]
-    lines += [f"- whole run (load included): {t['total_seconds']:.1f} s", ""]
-    return "\n".join(lines)
-
-
-def write_outputs(out, doc: dict, figures: dict[str, bytes]) -> dict[str, Path]:
-    """Write the figures, ``audit.json`` and ``report.md`` as one transaction: into ``out``, a
-    :class:`~normlimits.outputs.FolderOutput` (committed here), or a folder path (opened here,
-    refused if it holds anything but an earlier, unchanged audit). Returns the final paths."""
+def write_outputs(out, doc: dict, figures: dict[str, dict[str, bytes]]) -> dict[str, Path]:
+    """Write the figures (``figures``: yardstick -> format -> bytes, :func:`normlimits.
+    figure_files.render`), ``audit.json``, ``report.md`` and ``report.html`` as one transaction:
+    into ``out``, a :class:`~normlimits.outputs.FolderOutput` (committed here), or a folder path
+    (opened here, refused if it holds anything but an earlier, unchanged audit). Returns the
+    final paths."""
+    from .audit_report import FIGURE_CAPTIONS, report_html
+    from .figure_files import inline_svg
     from .outputs import FolderOutput
 
     output = out if isinstance(out, FolderOutput) else FolderOutput(Path(out), tool=PROG)
     with output:
-        paths = {name: output.write(f"{name}.png", data) for name, data in figures.items()}
-        paths["audit.json"] = output.write(
-            "audit.json", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+        paths = {}
+        for name, files in doc["figures"].items():
+            for kind, filename in files.items():
+                paths[filename] = output.write(filename, figures[name][kind])
+        text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        paths["audit.json"] = output.write("audit.json", text.encode())
+        doc = json.loads(text)        # the reports say what the file holds, as a reader reads it
         paths["report.md"] = output.write("report.md", report_markdown(doc).encode())
+        svgs = {name: inline_svg(figures[name]["svg"], name, FIGURE_CAPTIONS.get(name, name))
+                for name in doc["figures"]}
+        paths["report.html"] = output.write("report.html", report_html(doc, svgs).encode())
         output.commit()
     return paths
 
@@ -304,8 +292,9 @@ def _prepare_out(out, force: bool = False):
         raise AuditError(str(exc)) from None
 
 
-def audit(args) -> dict:
-    """Run the audit for parsed ``args``; returns the ``audit.json`` document."""
+def audit(args, argv: Sequence[str] | None = None) -> dict:
+    """Run the audit for parsed ``args`` (``argv``: the arguments as given, for the provenance;
+    default ``sys.argv[1:]``); returns the ``audit.json`` document."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -313,38 +302,73 @@ def audit(args) -> dict:
     say = (lambda message: None) if args.quiet else \
         (lambda message: print(f"[audit] {message}", file=sys.stderr, flush=True))
     output = _prepare_out(args.out, getattr(args, "force", False))
+    argv = list(sys.argv[1:] if argv is None else argv)
     with output:
-        return _audit(args, output, start, say)
+        return _audit(args, output, start, say, argv)
 
 
-def _audit(args, output, start: float, say) -> dict:
+def model_block(loaded) -> dict:
+    """The ``model`` block of ``audit.json``: what the model is (label, name, where it came from,
+    family, positions, size and shape, tokenizer, whether it is the paper's GPT-2 124M, notes)."""
+    from .architectures import positions_of
+
+    return {"label": model_label(loaded), "name": loaded.name, "source": loaded.source,
+            "family": loaded.family, "positions": positions_of(loaded.model.config),
+            "n_params": int(loaded.n_params), "layers": int(loaded.n_layers),
+            "heads": int(loaded.n_heads), "kv_heads": int(loaded.n_kv_heads),
+            "d_head": int(loaded.d_head), "context": int(loaded.max_positions),
+            "tokenizer": loaded.tokenizer_kind, "is_paper_model": bool(loaded.is_paper_model),
+            "notes": list(loaded.notes)}
+
+
+def _provenance(argv, loaded, corpus, config: AuditConfig, count: int, started: str,
+                resume, timings: dict, rows: list[dict]) -> dict:
+    from . import provenance as P
+
+    seeds = {"torch_global": GLOBAL_SEED, **config.seeds()}
+    return {**P.command_info(argv, PROG), "started": started, "project": P.project_version(),
+            **P.environment(), **P.placement_info(loaded), "torch_threads": torch.get_num_threads(),
+            "model_source": P.model_source(loaded), "tokenizer": P.tokenizer_info(loaded),
+            "windows": P.window_positions(loaded, corpus, config.length, count), "seeds": seeds,
+            "timings": timings, "resume": resume.describe(), "results_sha256": P.results_sha256(rows)}
+
+
+def _audit(args, output, start: float, say, argv: list[str]) -> dict:
+    from .audit_resume import Resume
+    from .book import corpus_label
+    from .capture_cache import capture_key
+    from .figure_files import render
     from .ledger import validate_row
+    from .schema import SCHEMA_VERSION, validate
     from .settings import configure_torch
 
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     configure_torch()
-    torch.manual_seed(0)
+    torch.manual_seed(GLOBAL_SEED)
     loaded, corpus, windows = _load(args)
     length = int(windows.shape[1])
     config = AuditConfig(length=length, separability_rows=args.separability_rows,
                          critical_protocol=args.critical_protocol,
                          paper_model=bool(loaded.is_paper_model))
     where = loaded.placement.describe if loaded.placement else "cpu, float32"
+    names = list(args.yardsticks or YARDSTICKS)
+    resume = Resume(output.target, capture_key(loaded, corpus, length, len(windows))
+                    if getattr(args, "resume", True) else None, say)
+    setup = time.perf_counter() - start
     say(f"{model_label(loaded)}: {len(windows)} windows of {length} tokens on {where}; "
-        f"set-up {time.perf_counter() - start:.1f} s")
-    run = run_audit(loaded, windows, config, yardsticks=args.yardsticks, say=say)
+        f"set-up {setup:.1f} s" + (f"; resume cache {Path(output.shown).parent / resume.folder.name}"
+                                   if resume.enabled else ""))
+    run = run_audit(loaded, windows, config, yardsticks=names, say=say,
+                    captures=resume.captures(loaded, windows, ", ".join(names)))
     measured = run["measured"]
-    figures = {name: _figure_png(m.plot(m.result)) for name, m in measured.items()}
+    figures = {name: render(m.plot(m.result)) for name, m in measured.items()}
     rows = [validate_row(r) for m in measured.values() for r in m.rows]
-    from .book import corpus_label
-
+    timings = {"setup_seconds": setup, **run["timings"],
+               "total_seconds": time.perf_counter() - start}
     doc = {
+        "schema_version": SCHEMA_VERSION,
         "tool": PROG,
-        "model": {"label": model_label(loaded), "name": loaded.name, "source": loaded.source,
-                  "family": loaded.family, "n_params": int(loaded.n_params),
-                  "layers": int(loaded.n_layers), "heads": int(loaded.n_heads),
-                  "d_head": int(loaded.d_head), "context": int(loaded.max_positions),
-                  "tokenizer": loaded.tokenizer_kind, "is_paper_model": bool(loaded.is_paper_model),
-                  "notes": list(loaded.notes)},
+        "model": model_block(loaded),
         "corpus": {"source": corpus_label(corpus), "sha256": corpus.sha256, "bytes": corpus.n_bytes},
         "settings": {"windows": int(len(windows)), "length": length, "device": where,
                      "yardsticks": list(measured), "grids": config.describe(),
@@ -352,11 +376,14 @@ def _audit(args, output, start: float, say) -> dict:
         "rows": rows,
         "statistics": {name: m.statistics for name, m in measured.items()},
         "ungraded": {name: m.ungraded for name, m in measured.items() if m.ungraded},
-        "figures": {name: f"{name}.png" for name in figures},
-        "timings": {**run["timings"], "total_seconds": time.perf_counter() - start},
+        "figures": {name: {kind: f"{name}.{kind}" for kind in files} for name, files in figures.items()},
+        "provenance": _provenance(argv, loaded, corpus, config, len(windows), started, resume,
+                                  timings, rows),
     }
     json.dumps(doc, allow_nan=False)           # fail before writing if anything is not JSON
+    validate(doc, "audit", source="the audit's result")
     paths = write_outputs(output, doc, figures)
+    resume.finish()
     say(f"wrote {', '.join(p.name for p in paths.values())} and manifest.json to {output.shown}")
     if output.aside is not None:
         say(f"the earlier audit was moved aside to {output.aside}")
@@ -368,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
-        doc = audit(args)
+        doc = audit(args, argv)
     except AuditError as exc:
         p.error(str(exc))
     for r in doc["rows"]:
@@ -376,7 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, why in doc["ungraded"].items():
         print(f"{name}: not graded ({why})")
     out = Path(args.out)
-    print(f"audit written to {out / 'audit.json'}, {out / 'report.md'}")
+    print(f"results sha256 {doc['provenance']['results_sha256']}")
+    print(f"audit written to {out / 'audit.json'}, {out / 'report.md'}, {out / 'report.html'}")
     return 0
 
 

@@ -33,7 +33,7 @@ import os
 import warnings
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -164,9 +164,12 @@ def _load(path: Path, ids: Tensor, device: torch.device) -> WindowCapture | None
     return capture
 
 
-def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None) -> Iterator[WindowCapture]:
+def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None,
+          on_window: Callable[[int, bool], None] | None = None) -> Iterator[WindowCapture]:
     """One capture per row of ``windows`` [W, L]: loaded from ``folder`` when stored there,
-    else computed (one forward pass) and stored. ``folder`` None: computed, nothing stored."""
+    else computed (one forward pass) and stored. ``folder`` None: computed, nothing stored.
+    ``on_window(index, reused)``, if given, is told for each window whether it came from
+    ``folder`` (before the capture is yielded)."""
     writable = folder is not None
     if writable and key is not None:
         try:
@@ -189,6 +192,10 @@ def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None)
                     warnings.warn(f"capture cache: cannot write {path} ({exc}); continuing "
                                   "without caching.", stacklevel=2)
                     writable = False
+            if on_window is not None:
+                on_window(index, False)
+        elif on_window is not None:
+            on_window(index, True)
         yield capture
 
 

@@ -4,7 +4,8 @@ Chapters write rows through :func:`normlimits.claims.record`, which grades the v
 claim's registered rule; each chapter's rows go to ``<ledger dir>/<chapter>.json`` (default
 ``_build/ledger`` under the book's root, or ``NORMLIMITS_LEDGER_DIR``). The book's Sphinx
 extension (:mod:`normlimits.sphinx_ledger`) reads the same folder, builds the Verdicts page and
-writes the merged ``_build/ledger.json``.
+writes the merged ``_build/ledger.json`` (:func:`ledger_document`: ``schema_version``, ``tool`` and
+``rows``, validated against the ``ledger`` schema of :mod:`normlimits.schema`).
 
 A row is valid only if its verdict is what its own recorded criteria, values and outcomes give
 (:func:`normlimits.claims.regrade`): no row can carry a verdict its rule does not produce.
@@ -20,6 +21,8 @@ from .cache import atomic_write_json
 from .claims.rules import VERDICTS, regrade
 
 LEDGER_ENV = "NORMLIMITS_LEDGER_DIR"
+#: the ``tool`` of ``_build/ledger.json``
+LEDGER_TOOL = "normlimits ledger"
 FIELDS = ("id", "chapter", "section", "claim", "paper", "measured", "verdict", "model", "rule",
           "criteria", "outcomes", "headline", "statistic")
 
@@ -128,3 +131,21 @@ def missing_claims(rows: list[dict], chapters: list[str]) -> list[str]:
 
     have = {(r["chapter"], r["id"]) for r in rows}
     return [f"{ch}:{cid}" for ch in chapters for cid in expected_claims(ch) if (ch, cid) not in have]
+
+
+def ledger_document(rows: list[dict]) -> dict:
+    """The merged ledger as written to ``_build/ledger.json``: ``{"schema_version", "tool",
+    "rows"}``, each row checked by :func:`validate_row` and the whole by the ``ledger`` schema."""
+    from .schema import SCHEMA_VERSION, validate
+
+    doc = {"schema_version": SCHEMA_VERSION, "tool": LEDGER_TOOL,
+           "rows": [validate_row(r) for r in rows]}
+    return validate(doc, "ledger", source="the merged ledger")
+
+
+def read_ledger_json(path: Path) -> list[dict]:
+    """The rows of a merged ledger file (``_build/ledger.json``), validated against its schema."""
+    from .schema import read_document
+
+    return read_document(Path(path), "ledger", remedy="Build the book again (make book) to "
+                         "rewrite it.")["rows"]

@@ -42,6 +42,8 @@ PAPER_MODEL = "gpt2"
 STANDIN = "standin"
 STANDIN_ROPE = "standin-rope"
 GPT2_RANDOM = "gpt2-random"
+#: the seed ``gpt2-random``'s weights are drawn with (audit provenance records it)
+RANDOM_WEIGHTS_SEED = 0
 REAL_OFFLINE = "smollm2-135m"    # normlimits.gguf_models.SMOLLM2
 BYTE_TOKENIZER_FILE = "normlimits_tokenizer.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$")
@@ -369,7 +371,7 @@ def load_pretrained(source: str, setting: str | None = None, *, origin: str = MO
                        decode=decode)
 
 
-def gpt2_random(seed: int = 0, where: Placement | None = None) -> LoadedModel:
+def gpt2_random(seed: int = RANDOM_WEIGHTS_SEED, where: Placement | None = None) -> LoadedModel:
     """GPT-2 124M's exact configuration with random weights (for timing and memory work only).
 
     Its tokenizer is byte-level (ids 0..255 are valid GPT-2 ids): the cost of a forward pass does

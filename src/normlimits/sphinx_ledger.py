@@ -7,7 +7,7 @@ was measured and the rule behind a "details" toggle. ``$math$`` in the registry'
 rendered as math. Every document is read (so every chapter executed) before any is written, so
 the page is filled at ``doctree-resolved`` from the ledger folder the chapters wrote
 (:func:`normlimits.ledger.ledger_dir`). At ``build-finished`` the rows are merged into
-``_build/ledger.json``. A registered claim that a chapter of the table of contents did not record
+``_build/ledger.json`` (:func:`normlimits.ledger.ledger_document`: versioned, schema-checked). A registered claim that a chapter of the table of contents did not record
 is a warning (an error under ``-W``).
 """
 
@@ -266,7 +266,7 @@ def _write_json(app, exception):
     if exception is None:
         from .cache import atomic_write_json
 
-        atomic_write_json(_root(app) / "_build" / "ledger.json", _rows(app))
+        atomic_write_json(_root(app) / "_build" / "ledger.json", ledger.ledger_document(_rows(app)))
 
 
 def _ledger_docs(env) -> list[str]:

@@ -39,7 +39,7 @@ from .protocol import half_octave_grid, length_grid
 
 __all__ = ["AuditConfig", "Measured", "YARDSTICKS", "CRITICAL_PROTOCOLS", "critical_reading",
            "vanishing", "critical_n", "separability",
-           "jacobian", "MIN_LENGTH"]
+           "jacobian", "MIN_LENGTH", "head_max_weights"]
 
 #: the critical-N protocols: the paper's (every position, Monte Carlo; the book's primary reading)
 #: and the bench's (last row, main sum)
@@ -61,6 +61,9 @@ class AuditConfig:
     ``"paper"`` (token-means over query positions with the Monte Carlo expectation: the book's
     primary reading) or ``"last_row"`` (the last row of each window against the closed-form main
     sum: the bench's protocol, one of the readings the distances chapter tabulates; a quick look).
+    ``monte_carlo_seed``, ``separability_seed``, ``direction_seed``: the seeds of the critical-N
+    Monte Carlo expectation, of the separability sweep's random kinds and of Figure 4's random
+    directions (the chapters' defaults; :meth:`seeds` lists them for the provenance).
     """
 
     length: int
@@ -76,6 +79,9 @@ class AuditConfig:
     temperatures_per_decade: int = protocol.TEMPERATURES_PER_DECADE
     paper_model: bool = False
     critical_protocol: str = "paper"
+    monte_carlo_seed: int = 0
+    separability_seed: int = 0
+    direction_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.critical_protocol not in CRITICAL_PROTOCOLS:
@@ -125,6 +131,12 @@ class AuditConfig:
         from .jacobian import default_temperatures
 
         return default_temperatures(per_decade=self.temperatures_per_decade)
+
+    def seeds(self) -> dict[str, int]:
+        """Every random seed the yardsticks use, by what it seeds."""
+        return {"critical_n_monte_carlo": int(self.monte_carlo_seed),
+                "separability_random_vectors": int(self.separability_seed),
+                "jacobian_directions": int(self.direction_seed)}
 
     def describe(self) -> dict:
         """The grids as JSON-able values."""
@@ -196,10 +208,18 @@ def vanishing(captures: Iterable, config: AuditConfig, model: str) -> Measured:
     ]
     statistics = {**values, "literal_outside": shares["literal"], "maxkey_outside": shares["paper"],
                   "parity": _f(parity), "lengths": lengths, "heads": len(heads),
+                  "median_max_weight": [float(v) for v in np.median(head_max_weights(stats), 0)],
                   "exponent_min": float(heads["exponent"].min()),
                   "exponent_max": float(heads["exponent"].max()), "weights": n_weights}
     return Measured("vanishing", rows, statistics, {"stats": stats, "heads": heads},
                     plot=_plot_vanishing)
+
+
+def head_max_weights(stats) -> np.ndarray:
+    """The largest weight per head and L, geometric mean over windows: [layers * heads, G] from the
+    sweep's ``max_weight`` [W, layers, heads, G]."""
+    lengths = stats.lengths.numpy()
+    return torch.exp(torch.log(stats.max_weight).mean(0)).reshape(-1, len(lengths)).numpy()
 
 
 def _plot_vanishing(result):
@@ -207,7 +227,7 @@ def _plot_vanishing(result):
 
     stats = result["stats"]
     lengths = stats.lengths.numpy()
-    maxw = torch.exp(torch.log(stats.max_weight).mean(0)).reshape(-1, len(lengths)).numpy()
+    maxw = head_max_weights(stats)
     fig, ax = plt.subplots(figsize=(6, 4))
     for curve in maxw:
         ax.plot(lengths, curve, color="tab:blue", alpha=0.35, lw=1)
@@ -232,7 +252,8 @@ def critical_n(captures: Iterable, config: AuditConfig, model: str) -> Measured:
     study = position_study(captures, lengths, C.critical_grid(config.length),
                            per_octave=config.per_octave if paper else None, paper=paper,
                            samples=config.mc_draws, mc_keys=config.mc_keys,
-                           expectations=("main", "rms") if paper else ("main",))
+                           expectations=("main", "rms") if paper else ("main",),
+                           seed=config.monte_carlo_seed)
     primary = critical_reading(config.critical_protocol)
     (row,) = RT.reading_rows({"values": study}, [primary], alphas=config.alphas)
     alpha = protocol.KS_ALPHA_TEXT
@@ -252,6 +273,7 @@ def critical_n(captures: Iterable, config: AuditConfig, model: str) -> Measured:
     ]
     statistics = {**{k: _f(v) for k, v in {**f2c, **f2a}.items()}, "alpha": alpha,
                   "lengths": lengths, "critical_n": crit,
+                  "critical_fraction": row.search.fraction(alpha),
                   "critical_n_alpha_0.05": row.search.critical[protocol.KS_ALPHA_ALGORITHM]
                   if protocol.KS_ALPHA_ALGORITHM in row.search.critical else None,
                   "windows": row.windows, "reading": primary.label}
@@ -287,7 +309,7 @@ def separability(captures: Iterable, config: AuditConfig, model: str) -> Measure
     grid = config.separability_grid
     rows_at = config.separability_positions()
     sweep = separability_sweep(captures, grid, kinds=("values",), rows=rows_at, sphere_radius=1.0,
-                               bounds=True)
+                               bounds=True, seed=config.separability_seed)
     per_head = sweep.fraction["values"].reshape(-1, len(grid)).numpy()
     upper = sweep.upper_exponential["values"].reshape(-1, len(grid)).numpy()
     st = SC.figure3_statistics(sweep.n_grid, per_head, upper, protocol.SEPARABILITY_FLAT_SLOPE)
@@ -334,7 +356,8 @@ def jacobian(captures: Iterable, config: AuditConfig, model: str) -> Measured:
 
     rows_at = config.query_rows()
     profile = J.sensitivity_profile((cap.logits(rows_at) for cap in captures),
-                                    config.temperatures(), config.epsilons, seed=0)
+                                    config.temperatures(), config.epsilons,
+                                    seed=config.direction_seed)
     curves = F4.curves(profile)
     st = F4.statistics(curves)
     values = {"low_slope": st["low_slope_dev"], "collapse": st["spread_t1"],

@@ -84,6 +84,14 @@ class Criterion:
                 "between": lambda: t[0] <= v <= t[1],
                 "outside": lambda: not (t[0] <= v <= t[1])}[self.op]()
 
+    @classmethod
+    def from_dict(cls, c: Mapping) -> "Criterion":
+        """The criterion recorded in a ledger row's ``criteria`` entry."""
+        threshold = c["threshold"]
+        return cls(c["key"], c["statistic"], c["op"],
+                   tuple(threshold) if isinstance(threshold, list) else threshold,
+                   c.get("kind", "measurement"))
+
     def describe(self) -> str:
         """The test in words, e.g. ``≤ 0.25`` or ``in [0.8, 1.2]``."""
         t = self.threshold
@@ -184,10 +192,7 @@ class Rule:
     @classmethod
     def from_row(cls, row: Mapping) -> "Rule":
         """Rebuild the rule recorded in a ledger row."""
-        criteria = tuple(Criterion(c["key"], c["statistic"], c["op"],
-                                   tuple(c["threshold"]) if isinstance(c["threshold"], list)
-                                   else c["threshold"], c.get("kind", "measurement"))
-                         for c in row["criteria"])
+        criteria = tuple(Criterion.from_dict(c) for c in row["criteria"])
         return cls(criteria, tuple(tuple(o) for o in row["outcomes"]), row["headline"], row["rule"])
 
 
@@ -201,7 +206,10 @@ _LATEX = [
     (r"\\lVert\s*", "‖"), (r"\s*\\rVert", "‖"), (r"\\Vert", "‖"), (r"\\lvert|\\rvert|\\vert", "|"), (r"\\left|\\right|\\big|\\Big", ""),
     (r"\\alpha", "α"), (r"\\bar\{?α\}?", "ᾱ"), (r"\\Delta", "Δ"), (r"\\delta", "δ"), (r"\\varepsilon|\\epsilon", "ε"),
     (r"\\xi", "ξ"), (r"\\ell", "ℓ"), (r"\\theta", "θ"), (r"\\sigma", "σ"), (r"\\gamma", "γ"), (r"\\tau", "τ"),
-    (r"\\mathbb\{?E\}?", "𝔼"), (r"\\tilde\{?d\}?", "d̃"), (r"\\nabla", "∇"), (r"\\sum", "Σ"), (r"\\prod", "Π"),
+    (r"\\mathbb\s*\{?E\}?", "𝔼"), (r"\\tilde\s*\{?d\}?", "d̃"),
+    (r"\\tilde\s*\{?(\w)\}?", "\\1\u0303"), (r"\{\\rm\s+([^}]*)\}", r"{\1}"), (r"\\rm\s*", ""),
+    (r"\\rho", "ρ"), (r"\\beta", "β"), (r"\\lambda", "λ"), (r"\\mu", "μ"), (r"\\pi", "π"),
+    (r"\\Theta", "Θ"), (r"\\mp", "∓"), (r"\\nabla", "∇"), (r"\\sum", "Σ"), (r"\\prod", "Π"),
     (r"\\le(q)?", "≤"), (r"\\ge(q)?", "≥"), (r"\\neq?", "≠"), (r"\\approx", "≈"), (r"\\sim", "~"),
     (r"\\to", "→"), (r"\\infty", "∞"), (r"\\times", "×"), (r"\\cdot", "·"), (r"\\in", "∈"),
     (r"\\notin", "∉"), (r"\\ll", "≪"), (r"\\gg", "≫"), (r"\\pm", "±"), (r"\\sqrt", "√"), (r"\\log", "log"),
@@ -220,6 +228,7 @@ def plain_text(text: str) -> str:
         for pattern, repl in _LATEX:
             body = re.sub(pattern, repl, body)
         body = re.sub(r"\^\{([^}]*)\}", r"^\1", body)
+        body = re.sub(r"_\{([^}]*)\}(?=\w)", r"_\1 ", body)
         body = re.sub(r"_\{([^}]*)\}", r"_\1", body)
         return body.replace("{", "").replace("}", "")
     out = re.sub(r"\$([^$]+)\$", math, text)

@@ -1,0 +1,149 @@
+"""The versioned JSON Schemas (normlimits.schema) and the ledger document that follows them."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from conftest import with_value
+from normlimits import claims, ledger, schema
+from normlimits.claims.rules import KINDS, OPS, VERDICTS
+
+
+def _passing_value(criterion) -> float:
+    """A value that meets the criterion's test (so every registered rule gives a verdict)."""
+    t = criterion.threshold
+    if criterion.op == "between":
+        return t[0]
+    if criterion.op == "outside":
+        return t[1] + 1.0
+    return {"<=": t, "<": t - 1.0, ">=": t, ">": t + 1.0, "==": t}[criterion.op]
+
+
+def _rows_for_every_claim() -> list[dict]:
+    rows = []
+    for item in claims.REGISTRY.values():
+        values = {c.key: _passing_value(c) for c in item.rule.criteria}
+        rows.append(claims.make_row(item.id, values, f"synthetic values for {item.id}",
+                                    chapter=item.chapter, model="tiny (1,000 params)"))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def ledger_doc():
+    return ledger.ledger_document(_rows_for_every_claim())
+
+
+def test_every_schema_file_is_a_valid_draft_2020_12_schema_of_its_version():
+    from jsonschema import Draft202012Validator
+
+    assert schema.SCHEMA_VERSION in schema.versions()
+    for version in schema.versions():
+        for document in (*schema.DOCUMENTS, schema.ROW):
+            found = schema.load_schema(document, version)
+            Draft202012Validator.check_schema(found)
+            assert found["$id"] == f"urn:normlimits:schema:{version}:{document}"
+            if document != schema.ROW:
+                assert found["properties"]["schema_version"] == {"const": version}
+
+
+def test_the_closed_lists_of_the_schema_are_the_codes():
+    """Verdicts, operators, criterion kinds and yardsticks: the schema's lists are the code's, so
+    neither can change without the other (and, by the module's rule, a new schema version)."""
+    from normlimits.yardsticks import YARDSTICKS
+
+    row = schema.load_schema("row")
+    assert tuple(row["$defs"]["verdict"]["enum"]) == VERDICTS
+    assert tuple(row["$defs"]["criterion"]["properties"]["op"]["enum"]) == OPS
+    assert tuple(row["$defs"]["criterion"]["properties"]["kind"]["enum"]) == KINDS
+    assert set(row["$defs"]["outcome"]["prefixItems"][1]["enum"]) == set(VERDICTS) - {"not testable"}
+    audit = schema.load_schema("audit")
+    assert audit["$defs"]["yardstick"]["enum"] == list(YARDSTICKS)
+
+
+def test_rows_of_every_registered_claim_make_a_valid_ledger(ledger_doc):
+    assert ledger_doc["schema_version"] == schema.SCHEMA_VERSION
+    assert len(ledger_doc["rows"]) == len(claims.REGISTRY)
+    assert schema.problems(ledger_doc, "ledger") == []
+    ops = {c["op"] for r in ledger_doc["rows"] for c in r["criteria"]}
+    assert {"between", "<=", ">="} <= ops, "interval and single thresholds are both exercised"
+
+
+def test_a_not_testable_row_with_its_reason_is_valid():
+    row = claims.make_row("NU", {"exponent": None, "entropy": 0.9, "regime": 0.5}, "x",
+                          chapter="audit", model="m", reason="no lengths")
+    assert row["value"] is None and row["verdict"] == "not testable"
+    assert schema.problems(ledger.ledger_document([row]), "ledger") == []
+
+
+@pytest.mark.parametrize("path, bad, named", [
+    (("rows", 0, "value"), "0.5", "rows[0].value"),
+    (("rows", 0, "criteria", 0, "passed"), "yes", "rows[0].criteria[0].passed"),
+    (("rows", 0, "verdict"), "probably", "rows[0].verdict"),
+    (("rows", 0, "threshold"), [1.0], "rows[0].threshold"),
+    (("rows", 0, "outcomes", 0), ["all", "not testable"], "rows[0].outcomes[0][1]"),
+    (("schema_version",), 1.0, "schema_version"),
+])
+def test_a_field_of_another_type_is_refused_naming_it(ledger_doc, path, bad, named):
+    doc = with_value(ledger_doc, path, bad)
+    found = schema.problems(doc, "ledger")
+    assert found and any(p.startswith(named) for p in found), found
+    with pytest.raises(schema.SchemaError, match="is not a valid ledger document"):
+        schema.validate(doc, "ledger", source="x.json")
+
+
+def test_a_field_the_version_does_not_have_is_refused(ledger_doc):
+    """Issue 31's per-row interval is a new field: under 1.0 it is refused, so adding it takes a
+    new schema version (a test cannot pass with it slipped in)."""
+    doc = copy.deepcopy(ledger_doc)
+    doc["rows"][0]["interval"] = [0.1, 0.2]
+    assert any("interval" in p for p in schema.problems(doc, "ledger"))
+    doc = copy.deepcopy(ledger_doc)
+    doc["note"] = "extra"
+    assert schema.problems(doc, "ledger")
+
+
+def test_a_missing_or_unknown_version_is_named():
+    assert "schema_version: missing" in schema.problems({"rows": []}, "ledger")[0]
+    assert "'9.9' is not one this normlimits knows" in schema.problems(
+        {"schema_version": "9.9", "rows": []}, "ledger")[0]
+    with pytest.raises(schema.SchemaError, match="is not one this normlimits knows"):
+        schema.load_schema("ledger", "9.9")
+    with pytest.raises(ValueError, match="document='book'"):
+        schema.load_schema("book")
+    assert schema.problems([1, 2], "ledger")[0].startswith("(the document itself)")
+
+
+def test_read_ledger_json_reads_the_written_file_and_names_an_old_one(tmp_path, ledger_doc):
+    path = tmp_path / "ledger.json"
+    path.write_text(json.dumps(ledger_doc))
+    assert ledger.read_ledger_json(path) == ledger_doc["rows"]
+    path.write_text(json.dumps(ledger_doc["rows"]))          # the format before schema versions
+    with pytest.raises(schema.SchemaError, match=r"ledger.json is not a valid ledger document.*"
+                                                 r"JSON object is expected.*make book"):
+        ledger.read_ledger_json(path)
+    path.write_text("{not json")
+    with pytest.raises(schema.SchemaError, match="is not readable JSON"):
+        ledger.read_ledger_json(path)
+    with pytest.raises(schema.SchemaError, match="does not exist"):
+        ledger.read_ledger_json(tmp_path / "missing.json")
+
+
+def test_ledger_document_refuses_a_row_whose_verdict_its_rule_does_not_give():
+    row = _rows_for_every_claim()[0]
+    row["verdict"] = "refuted" if row["verdict"] != "refuted" else "confirmed"
+    with pytest.raises(ValueError, match="does not follow from its recorded rule"):
+        ledger.ledger_document([row])
+
+
+def test_the_sphinx_extension_writes_the_versioned_ledger(tmp_path, monkeypatch, ledger_doc):
+    from types import SimpleNamespace
+
+    from normlimits import sphinx_ledger
+
+    monkeypatch.setattr(sphinx_ledger, "_rows", lambda app: ledger_doc["rows"])
+    sphinx_ledger._write_json(SimpleNamespace(confdir=str(tmp_path)), None)
+    written = json.loads((tmp_path / "_build" / "ledger.json").read_text())
+    assert written == ledger_doc
