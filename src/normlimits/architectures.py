@@ -237,7 +237,7 @@ def plot_yardstick(results: Sequence[Surveyed], yardstick: str, ax=None):
     returns the figure."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4)) if ax is None else (ax.figure, ax)
+    fig, ax = plt.subplots(figsize=(6.4, 4)) if ax is None else (ax.figure, ax)
     for r in results:
         if yardstick not in r.measured:
             continue
@@ -247,5 +247,5 @@ def plot_yardstick(results: Sequence[Surveyed], yardstick: str, ax=None):
         lengths = np.asarray(sorted({v for r in results for v in _curve(r, "vanishing")[0]}))
         ax.plot(lengths, 1 / lengths, "k--", lw=1, label="1/L (uniform)")
     ax.set(**_AXES[yardstick])
-    ax.legend(fontsize="small")
+    ax.legend()
     return fig
