@@ -19,6 +19,7 @@ on purpose) is the only cell output allowed to show a traceback.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -199,6 +200,10 @@ async () => {
         if (rule.test(text)) found.rule.push(text.trim().slice(0, 160));
       }
       return found; })(),
+    // sections with nothing but their heading
+    emptySections: [...document.querySelectorAll('article section')].filter(sec => ![...sec.children].some(
+      ch => !/^H[1-6]$/.test(ch.tagName) && ((ch.textContent || '').trim() || (ch.querySelector && ch.querySelector('img, table, svg')))))
+      .map(sec => (sec.querySelector('h1, h2, h3, h4, h5, h6') || {textContent: sec.id}).textContent.trim().slice(0, 80)),
     // tables written from data declare their column count: every row must have it
     tableShapes: [...document.querySelectorAll('table[data-columns]')].map(t => {
       const width = r => [...r.cells].reduce((n, c) => n + (c.colSpan || 1), 0);
@@ -420,6 +425,8 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
             problems["markup"].append(f"{rel}: a raw repr in the page's text: {text!r}")
         for text in f.get("leaks", {}).get("rule", [])[:5]:
             problems["markup"].append(f"{rel}: an internal rule string in the page's text: {text!r}")
+        for heading in f.get("emptySections", []):
+            problems["markup"].append(f"{rel}: section {heading!r} has nothing but its heading")
         for table in f.get("tableShapes", []):
             bad = [w for w in table["rows"] if w != table["declared"]]
             if table["head"] != table["declared"] or bad:
@@ -973,3 +980,69 @@ def test_no_code_cell_toggle_on_paper(narrow):
     assert narrow["printed"], "the chapter was not printed"
     assert not narrow["printed"]["toggles"], (f"{narrow['printed']['page']} printed with code-cell "
                                               f"toggles: {narrow['printed']['toggles'][:5]}")
+
+
+# --- numbers in the prose ---------------------------------------------------------------------
+
+GLUE_ROLE = re.compile(r"\{glue:text\}`([^`]+)`")
+
+
+def glued_values(notebook: dict) -> dict[str, str]:
+    """Every value a notebook glued: key -> its text/plain representation."""
+    found = {}
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []):
+            book = (output.get("metadata") or {}).get("scrapbook") or {}
+            if book.get("name"):
+                prefix = book.get("mime_prefix") or ""
+                text = (output.get("data") or {}).get(prefix + "text/plain")
+                if text is not None:
+                    found[book["name"]] = "".join(text) if isinstance(text, list) else text
+    return found
+
+
+def lost_digits(value: str, shown: str, tolerance: float = 0.05) -> bool:
+    """Whether ``shown`` (a glued number as the page prints it) has lost the value's digits: a
+    nonzero number printed as 0, or off by more than ``tolerance`` of itself."""
+    try:
+        number = float(value)
+    except ValueError:
+        return False
+    text = shown.strip().replace(",", "").replace("−", "-")
+    scale = 100.0 if text.endswith("%") else 1.0
+    try:
+        printed = float(text.rstrip("%")) / scale
+    except ValueError:
+        return False
+    if number == 0 or not math.isfinite(number):
+        return False
+    return abs(printed - number) > tolerance * abs(number)
+
+
+def test_lost_digits():
+    assert lost_digits("0.000314", "0.000") and lost_digits("0.004", "0.0%") and lost_digits("1.4", "1")
+    assert not lost_digits("0.000314", "3.1e-04") and not lost_digits("12.4", "12")
+    assert not lost_digits("0.1234", "12.3%") and not lost_digits("'text'", "text") and not lost_digits("0", "0.000")
+
+
+def test_glued_numbers_keep_their_digits(build_dir):
+    """No number in the prose loses its digits to its format (``0.000`` for 3.1e-4): each
+    ``{glue:text}`key:format``` of a chapter, formatted as myst-nb formats it, is within 5% of the
+    glued value."""
+    from myst_nb.core.variables import format_plain_text
+
+    root = book_root(build_dir)
+    problems = []
+    for executed in sorted((build_dir / "jupyter_execute").rglob("*.ipynb")):
+        source = root / executed.relative_to(build_dir / "jupyter_execute").with_suffix(".md")
+        if not source.is_file():
+            continue
+        values = glued_values(json.loads(executed.read_text()))
+        for role in GLUE_ROLE.findall(source.read_text()):
+            key, _, fmt = role.partition(":")
+            if not fmt or key not in values:
+                continue
+            shown = format_plain_text(values[key], fmt)
+            if lost_digits(values[key], shown):
+                problems.append(f"{source.name}: {key} = {values[key]} shown as {shown!r} (format {fmt!r})")
+    assert not problems, "glued numbers printed without their digits:\n" + "\n".join(problems)
