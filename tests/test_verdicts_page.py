@@ -48,6 +48,7 @@ def test_rows_are_sorted_into_the_papers_claims_and_the_books_questions():
                      "architectures", "architectures"]
     assert [r["id"] for r in S.paper_rows(rows)] == ["C1", "NU", "LIM"]
     assert S.about_gpt2(rows[4]) and not S.about_gpt2(rows[0])
+    assert S.about_gpt2(graded("F3", {c.key: 0.8 for c in claims.claim("F3").rule.criteria}, REAL))
     assert S.model_setting("gpt2 (default) (124.4M params)") == "gpt2"
     assert S.on_paper_model({"model": "gpt2 (default) (124.4M params)"})
     assert not S.on_paper_model({"model": "gpt2-random (124.4M params)"})
@@ -66,7 +67,7 @@ def test_bottom_line_says_what_holds_on_which_model_from_the_rows():
         assert one in text or many in text
     assert "Replayed on the stand-in" in text and "1 of 2 claims keep their verdict" in text
     assert "C1 is corrected there (confirmed above)" in text
-    assert "LIM is a claim about GPT-2 itself" in text
+    assert "LIM is a claim about GPT-2 (its wording, or the paper's measurement)" in text
     assert S.bottom_line([]) == "No claim of the paper was graded in this build."
 
 
@@ -92,7 +93,7 @@ def test_counts_and_tables_carry_what_the_tests_of_the_site_read():
     assert 'href="vanishing.html#verdict"' in table
     assert "smollm2-135m (134.5M params)" in table and "standin (2.0M params)" in table
     gradients = S.chapter_table_html([rows[4]], None)
-    assert "a claim about GPT-2, measured on smollm2-135m, not on GPT-2" in gradients
+    assert "about GPT-2; measured here on smollm2-135m" in gradients
     arch = S.chapter_table_html([r for r in rows if r["chapter"] == "architectures"], None)
     assert "models compared" in arch and 'data-columns="5"' in arch     # id, claim, paper, rope, comparison
 

@@ -89,8 +89,13 @@ def on_paper_model(row: dict) -> bool:
 
 
 def about_gpt2(row: dict) -> bool:
-    """Whether the claim is about GPT-2 itself (its few words name GPT-2)."""
-    return "GPT-2" in row.get("claim_text", row["claim"])
+    """Whether a claim of the paper is about GPT-2: its wording names GPT-2, or it is one of the
+    paper's measurements (its experiments, Section 3 and the figures, all ran on GPT-2 124M).
+    The book's own questions are not."""
+    if part_of(row) not in ("paper", "control"):
+        return False
+    words = row.get("claim_text", row["claim"]) + " " + row.get("paper", "")
+    return "GPT-2" in words or bool(re.search(r"\bSec\. 3\b|\bFig(ure|\.)", row.get("section", "")))
 
 
 def home(row: dict) -> str:
@@ -216,7 +221,7 @@ def bottom_line(rows: list[dict]) -> str:
     gpt2 = [r["id"] for r in paper if about_gpt2(r) and not on_paper_model(r)]
     if gpt2:
         parts.append(f"{_join(gpt2)} {'is a claim' if len(gpt2) == 1 else 'are claims'} about "
-                     "GPT-2 itself, measured here on another model: "
+                     "GPT-2 (its wording, or the paper's measurement), measured here on another model: "
                      f"{'its verdict is' if len(gpt2) == 1 else 'their verdicts are'} about that model.")
     return " ".join(parts)
 
@@ -262,8 +267,8 @@ def _model_cell(row: dict | None, column: str) -> str:
     if column == "comparison":
         parts.append(f'<span class="verdict-model-note">{html.escape(short_model(row["model"]))}</span>')
     if about_gpt2(row) and not on_paper_model(row):
-        parts.append(f'<span class="verdict-model-note verdict-gpt2-note">a claim about GPT-2, measured on '
-                     f"{html.escape(model_setting(row['model']))}, not on GPT-2</span>")
+        parts.append(f'<span class="verdict-model-note verdict-gpt2-note">about GPT-2; measured here on '
+                     f"{html.escape(model_setting(row['model']))}</span>")
     if head["value"] is None and row.get("reason"):
         parts.append('<span class="verdict-model-note">not testable here (reason in the details)</span>')
     return "".join(parts)
