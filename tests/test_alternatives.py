@@ -290,7 +290,9 @@ def test_summary_table_ranks_by_confirmed_yardsticks(tiny_loaded):
     assert list(table["score"]) == [4.0, 2.0, 0.0]
     assert table.loc["softmax_1", "gradient"] == A.VERDICT_MARKS["not testable"]
     text = A.verdict_overview(verdicts, graded, labels)
-    assert all(label in text for label in labels.values()) and text.count("*Rule:*") == 4
+    assert all(label in text for label in labels.values()) and text.count("<em>Rule:</em>") == 4
+    assert "all:" not in text and "any:" not in text, "the rule in words, not its internal strings"
+    assert text.count('data-columns="') == 4
     sweep = A.sweep_table(res, ["softmax", "ssmax"], [1, 2], "x", knee=4)
     assert list(sweep.index) == [1, 2] and "crit. N/L" in sweep.columns
 

@@ -127,3 +127,10 @@ def test_pages_render_to_images_that_are_not_blank(pdf):
     for image in images:
         stat = ImageStat.Stat(Image.open(image).convert("L"))
         assert stat.stddev[0] > 10, f"{image.name} looks blank (grey-level spread {stat.stddev[0]:.1f})"
+
+
+def test_no_code_cell_toggles_on_paper(pdf):
+    """The toggles of hidden code cells ("Show code cell source") do nothing on paper: the print
+    stylesheet (book/_static/layout.css) leaves them out of the PDF."""
+    text = " ".join(t for _, _, t in page_runs(pdf["xml"]))
+    assert "Show code cell" not in text and "Hide code cell" not in text

@@ -144,6 +144,28 @@ def test_the_sphinx_extension_writes_the_versioned_ledger(tmp_path, monkeypatch,
     from normlimits import sphinx_ledger
 
     monkeypatch.setattr(sphinx_ledger, "_rows", lambda app: ledger_doc["rows"])
-    sphinx_ledger._write_json(SimpleNamespace(confdir=str(tmp_path)), None)
+    site = tmp_path / "_build" / "html"
+    site.mkdir(parents=True)
+    app = SimpleNamespace(confdir=str(tmp_path), outdir=str(site), builder=SimpleNamespace(format="html"))
+    sphinx_ledger._write_json(app, None)
     written = json.loads((tmp_path / "_build" / "ledger.json").read_text())
     assert written == ledger_doc
+    assert json.loads((site / "ledger.json").read_text()) == ledger_doc    # offered beside the page
+
+
+def test_a_1_0_ledger_stays_valid_and_1_1_adds_only_the_optional_paper_value(ledger_doc):
+    """1.1 added one optional row field (``paper_value``, what the paper reports): a 1.0 file
+    without it still validates against 1.0, the same field is refused under 1.0 (its objects are
+    closed), and a 1.1 row may omit it."""
+    assert schema.versions()[:2] == ["1.0", "1.1"] and schema.SCHEMA_VERSION == "1.1"
+    assert all("paper_value" in row for row in ledger_doc["rows"])
+    old = copy.deepcopy(ledger_doc)
+    old["schema_version"] = "1.0"
+    for row in old["rows"]:
+        row.pop("paper_value")
+    assert schema.problems(old, "ledger") == []
+    old["rows"][0]["paper_value"] = "≈ 0.06 L"
+    assert any("paper_value" in p for p in schema.problems(old, "ledger"))
+    new = copy.deepcopy(ledger_doc)
+    new["rows"][0].pop("paper_value")
+    assert schema.problems(new, "ledger") == []

@@ -19,6 +19,7 @@ on purpose) is the only cell output allowed to show a traceback.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -43,6 +44,17 @@ VIEWPORT = {"width": 1280, "height": 1000}
 SKIP_FOLDERS = {"_static", "_sources", "_images", "_sphinx_design_static", "reports"}
 NUMBERED_PROOF_KINDS = ("theorem", "lemma", "corollary", "proposition")
 SEARCH_WORD = "softmax"
+#: a phone's viewport, for the narrow-screen checks
+NARROW = {"width": 390, "height": 844}
+#: the chapters whose rows are the paper's claims (the issue's definition; the book's own
+#: questions are the alternatives and architectures chapters and every variant row)
+PAPER_CHAPTERS = ("vanishing", "distances", "separability", "gradients")
+#: an alt text that names a file instead of saying what the image shows
+PATHLIKE_ALT = re.compile(r"\.(png|jpe?g|svg|gif|webp)$|^[0-9a-f]{16,}$|^\S*/\S*$", re.I)
+#: an image's natural width may be at most this many times its displayed width
+MAX_IMAGE_SCALE = 1.6
+#: the chapter shown in the screenshots named in the report
+SCREENSHOT_CHAPTER = "vanishing"
 #: the chapter contract: no visible (not hidden) code cell longer than this many lines
 MAX_VISIBLE_CODE_LINES = 15
 # Uncaught script errors that come from the theme stack itself and break nothing a reader uses.
@@ -99,6 +111,15 @@ async () => {
   const visible = el => typeof el.checkVisibility === 'function' ? el.checkVisibility() : el.getClientRects().length > 0;
   const ids = new Set([...document.querySelectorAll('[id]')].map(e => e.id));
   for (const a of document.querySelectorAll('a[name]')) ids.add(a.getAttribute('name'));
+  const BADGES_JS = () => [...document.querySelectorAll('.verdict-badge')].filter(visible).map(badge => {
+    const box = badge.closest('td, th, p, li, div') || badge.parentElement;
+    const r = badge.getBoundingClientRect(), c = box.getBoundingClientRect();
+    const next = badge.parentElement.querySelector('.verdict-number');
+    const n = next ? next.getBoundingClientRect() : null;
+    const overlap = !!n && n.width > 0 && r.right > n.left + 1 && r.left < n.right - 1 && r.bottom > n.top + 1 && r.top < n.bottom - 1;
+    return {text: badge.textContent.trim(), clipped: badge.scrollWidth > badge.clientWidth + 1,
+            outside: r.right > c.right + 1 || r.left < c.left - 1, overlap};
+  }).filter(x => x.clipped || x.outside || x.overlap);
   const proofs = [...document.querySelectorAll('div.proof')].map(el => ({
     id: el.id, classes: [...el.classList],
     title: (el.querySelector('.admonition-title') || {textContent: ''}).textContent.trim().slice(0, 120),
@@ -124,6 +145,10 @@ async () => {
     ids: [...ids],
     banners: [...document.querySelectorAll('.provenance-banner')].map(visible),
     ledgerTables: document.querySelectorAll('table.claims-ledger').length,
+    banner: (() => { const b = document.querySelector('.provenance-banner');
+                     return b ? {height: Math.round(b.getBoundingClientRect().height), open: b.open === undefined ? null : b.open} : null; })(),
+    viewport: {width: window.innerWidth, height: window.innerHeight,
+               overflow: document.documentElement.scrollWidth - window.innerWidth},
     ledgerOverflow: [...document.querySelectorAll('table.claims-ledger')].map(t => {
       const box = t.closest('article, main') || document.body;
       return Math.round(t.getBoundingClientRect().right - box.getBoundingClientRect().right);
@@ -144,16 +169,61 @@ async () => {
         (el.tagName === 'IMG' ? ' ' + (el.getAttribute('src') || '').split('/').pop() : '');
       return px > 1 ? {what: label, px} : null;
     }).filter(Boolean),
-    ledgerRows: [...document.querySelectorAll('table.claims-ledger tbody tr')].map(
-                  tr => ({id: tr.cells[0].textContent.trim(),
-                          verdict: (tr.querySelector('.verdict-badge') || {textContent: ''}).textContent.trim(),
-                          badgeVisible: !!tr.querySelector('.verdict-badge') && visible(tr.querySelector('.verdict-badge')),
-                          details: !!tr.querySelector('details.claim-details')})),
-    verdictTotal: (document.querySelector('.verdict-summary') || {dataset: {}}).dataset.total || null,
-    verdictCounts: Object.fromEntries([...document.querySelectorAll('.verdict-count')].map(
-                  e => [e.dataset.verdict, Number(e.querySelector('.verdict-count-number').textContent)])),
-    summaryFirst: (() => { const s = document.querySelector('.verdict-summary'), t = document.querySelector('table.claims-ledger');
+    // the Verdicts page and the bottom line (normlimits.sphinx_ledger)
+    verdictCells: [...document.querySelectorAll('table.claims-ledger .verdict-cell')].map(e => ({
+      claim: e.dataset.claim, chapter: e.dataset.chapter, variant: e.dataset.variant || '',
+      verdict: e.dataset.verdict, badge: (e.querySelector('.verdict-badge') || {textContent: ''}).textContent.trim(),
+      badgeVisible: !!e.querySelector('.verdict-badge') && visible(e.querySelector('.verdict-badge'))})),
+    ledgerRowsWithoutDetails: [...document.querySelectorAll('table.claims-ledger tbody tr')]
+      .filter(tr => !tr.querySelector('details.claim-details')).length,
+    paperSummary: (() => {
+      const s = document.querySelector('.verdict-summary[data-part="paper"]');
+      return s ? {total: Number(s.dataset.total), counts: Object.fromEntries([...s.querySelectorAll('.verdict-count')].map(
+        e => [e.dataset.verdict, Number(e.querySelector('.verdict-count-number').textContent)]))} : null; })(),
+    bottomLine: (document.querySelector('p.bottom-line') || {textContent: ''}).textContent.replace(/\s+/g, ' ').trim(),
+    summaryFirst: (() => { const s = document.querySelector('p.bottom-line'), t = document.querySelector('table.claims-ledger');
                            return !!s && !!t && !!(s.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING); })(),
+    chapterSections: [...document.querySelectorAll('section.verdict-chapter')].map(sec => ({id: sec.id,
+      headerlink: !!sec.querySelector(':scope > h1 a.headerlink, :scope > h2 a.headerlink, :scope > h3 a.headerlink, :scope > h4 a.headerlink'),
+      inContents: !![...document.querySelectorAll('nav.contents a, div.contents a, .topic.contents a')]
+                    .find(a => a.getAttribute('href') === '#' + sec.id)})),
+    ledgerLinks: [...document.querySelectorAll('a[href$="ledger.json"]')].map(a => a.href),
+    // the page's text outside code: no raw repr of a number, no internal rule string
+    leaks: (() => {
+      const found = {repr: [], rule: []};
+      const repr = /np\.(float|int)(16|32|64)\(|\btensor\(|\bdtype=/, rule = /\b(all|any|none):[A-Za-z_]/;
+      const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+      while (w.nextNode()) {
+        const node = w.currentNode, el = node.parentElement, text = node.nodeValue;
+        if (!el || el.closest('script, style, template, noscript, textarea, .cell_input')) continue;
+        if (el.closest('div.highlight, pre') && !el.closest('.cell_output')) continue;   // code shown as code
+        if (repr.test(text)) found.repr.push(text.trim().slice(0, 160));
+        if (rule.test(text)) found.rule.push(text.trim().slice(0, 160));
+      }
+      return found; })(),
+    // sections with nothing but their heading
+    emptySections: [...document.querySelectorAll('article section')].filter(sec => ![...sec.children].some(
+      ch => !/^H[1-6]$/.test(ch.tagName) && ((ch.textContent || '').trim() || (ch.querySelector && ch.querySelector('img, table, svg')))))
+      .map(sec => (sec.querySelector('h1, h2, h3, h4, h5, h6') || {textContent: sec.id}).textContent.trim().slice(0, 80)),
+    // tables written from data declare their column count: every row must have it
+    tableShapes: [...document.querySelectorAll('table[data-columns]')].map(t => {
+      const width = r => [...r.cells].reduce((n, c) => n + (c.colSpan || 1), 0);
+      return {classes: t.className, declared: Number(t.dataset.columns),
+              head: t.tHead && t.tHead.rows.length ? width(t.tHead.rows[0]) : null,
+              rows: [...t.tBodies].flatMap(b => [...b.rows]).map(width)}; }),
+    // figures: alt text, and natural against displayed width
+    imageFacts: [...document.images].filter(img => img.closest('article') && visible(img)).map(img => ({
+      src: (img.getAttribute('src') || '').split('/').pop(), alt: img.getAttribute('alt') || '',
+      natural: img.naturalWidth, shown: Math.round(img.getBoundingClientRect().width),
+      svg: /\.svg(\?|#|$)/i.test(img.currentSrc || img.src)})),
+    // boxes whose content is wider than they are must scroll and show the cue (book/_static/layout.js)
+    scrollBoxes: [...document.querySelectorAll('div.math, div.highlight pre, div.cell_output pre, div.cell_output .output.text_html, div.pasted-block')]
+      .filter(el => visible(el) && el.scrollWidth > el.clientWidth + 1).map(el => ({
+        what: el.tagName.toLowerCase() + '.' + [...el.classList].slice(0, 2).join('.'),
+        text: (el.textContent || '').trim().slice(0, 60),
+        cue: el.classList.contains('scroll-cue'),
+        scrolls: ['auto', 'scroll'].includes(getComputedStyle(el).overflowX)})).filter(x => !x.cue || !x.scrolls),
+    badgeProblems: BADGES_JS(),
     longVisibleCells: [...document.querySelectorAll('div.cell')].filter(c => !c.classList.contains('tag_hide-input') &&
                   !c.classList.contains('tag_hide-cell')).map(c => c.querySelector('.cell_input pre'))
                   .filter(pre => pre && visible(pre)).map(pre => (pre.textContent || '').replace(/\n$/, '').split('\n').length)
@@ -315,7 +385,7 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
     repository = (config.get("repository") or {}).get("url", "")
     problems: dict[str, list[str]] = {k: [] for k in (
         "pages", "network", "math", "images", "errors", "glue", "links", "verdicts", "banner",
-        "buttons", "numbering", "bibliography", "layout", "code")}
+        "buttons", "numbering", "bibliography", "layout", "code", "markup", "figures", "badges")}
     ids = {rel: set(f.get("ids", ())) for rel, f in pages.items()}
     for rel, f in pages.items():
         if "redirect" in f:
@@ -351,6 +421,33 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
         for n in f.get("longVisibleCells", []):
             problems["code"].append(f"{rel}: a visible code cell has {n} lines (limit {MAX_VISIBLE_CODE_LINES}; "
                                     "move bookkeeping into the package or a hidden cell)")
+        # what a reader must not see: raw reprs, internal rule strings, broken tables
+        for text in f.get("leaks", {}).get("repr", [])[:5]:
+            problems["markup"].append(f"{rel}: a raw repr in the page's text: {text!r}")
+        for text in f.get("leaks", {}).get("rule", [])[:5]:
+            problems["markup"].append(f"{rel}: an internal rule string in the page's text: {text!r}")
+        for heading in f.get("emptySections", []):
+            problems["markup"].append(f"{rel}: section {heading!r} has nothing but its heading")
+        for table in f.get("tableShapes", []):
+            bad = [w for w in table["rows"] if w != table["declared"]]
+            if table["head"] != table["declared"] or bad:
+                problems["markup"].append(f"{rel}: table .{table['classes']} declares {table['declared']} "
+                                          f"columns; header {table['head']}, rows of {sorted(set(bad))}")
+        # figures that read: alt text that says what they show, not wasted or shrunk pixels
+        for img in f.get("imageFacts", []):
+            if PATHLIKE_ALT.search(img["alt"].strip()) or not img["alt"].strip():
+                problems["figures"].append(f"{rel}: image {img['src']} has no alt text saying what it "
+                                           f"shows (alt {img['alt']!r})")
+            if not img["svg"] and img["shown"] and img["natural"] > MAX_IMAGE_SCALE * img["shown"]:
+                problems["figures"].append(f"{rel}: image {img['src']} is {img['natural']} px wide, shown at "
+                                           f"{img['shown']} px (more than {MAX_IMAGE_SCALE}x: its text is "
+                                           "shrunk below legibility)")
+        for box in f.get("scrollBoxes", []):
+            problems["layout"].append(f"{rel}: {box['what']} ({box['text']!r}) is wider than the column "
+                                      f"without {'a scroll bar' if not box['scrolls'] else 'the scroll cue'}")
+        for badge in f.get("badgeProblems", []):
+            problems["badges"].append(f"{rel}: badge {badge['text']!r} at {VIEWPORT['width']} px is "
+                                      + ", ".join(k for k in ("clipped", "outside", "overlap") if badge[k]))
         # layout: nothing wider than the content column
         for item in f["overflow"]:
             problems["layout"].append(f"{rel}: {item['what']} runs {item['px']} px past the content column")
@@ -426,44 +523,88 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
     for rel in real:
         if not (build / pages[rel]["screenshot"]).is_file():
             problems["pages"].append(f"{rel}: no screenshot")
-    # the Verdicts page against the ledger
-    ledger_path = build / "ledger.json"
-    verdict_pages = [rel for rel, f in pages.items() if f.get("ledgerTables")]
-    rows = read_ledger_json(ledger_path) if ledger_path.is_file() else None
-    if rows is None:
-        problems["verdicts"].append(f"{ledger_path} is missing")
-    elif len(verdict_pages) != 1 and rows:
-        problems["verdicts"].append(f"{len(verdict_pages)} pages show the claims table (expected one): {verdict_pages}")
-    elif rows:
-        for px in pages[verdict_pages[0]].get("ledgerOverflow", []):
-            problems["verdicts"].append(f"{verdict_pages[0]}: the table runs {px} px past the content "
-                                        "column, hiding its last columns")
-        page = pages[verdict_pages[0]]
-        shown = page["ledgerRows"]
-        if not page.get("summaryFirst"):
-            problems["verdicts"].append(f"{verdict_pages[0]}: the summary of counts does not come first")
-        if str(page.get("verdictTotal")) != str(len(rows)):
-            problems["verdicts"].append(f"{verdict_pages[0]}: summary total {page.get('verdictTotal')}, "
-                                        f"ledger.json has {len(rows)} rows")
-        for verdict in {r["verdict"] for r in rows} | set(page.get("verdictCounts", {})):
-            want = sum(r["verdict"] == verdict for r in rows)
-            if page.get("verdictCounts", {}).get(verdict) != want:
-                problems["verdicts"].append(f"{verdict_pages[0]}: {verdict!r} counted "
-                                            f"{page.get('verdictCounts', {}).get(verdict)}, ledger.json has {want}")
-        if len(shown) != len(rows):
-            problems["verdicts"].append(f"{verdict_pages[0]} shows {len(shown)} rows, ledger.json has {len(rows)}")
-        for row, cells in zip(rows, shown):
-            label = row["id"] + (f" ({row['variant']})" if row.get("variant") else "")
-            if (cells["id"], cells["verdict"]) != (label, row["verdict"]) or not cells["badgeVisible"] \
-                    or not cells["details"]:
-                problems["verdicts"].append(f"row {row['chapter']}:{label} shows {cells}, ledger has "
-                                            f"{row['verdict']!r}")
+    # the Verdicts page and the bottom line against the ledger
+    problems["verdicts"].extend(verdict_problems(build, html, pages))
     # one bibliography page
     bib_pages = [rel for rel, f in pages.items() if f.get("citations")]
     if len(bib_pages) != 1:
         problems["bibliography"].append(f"bibliography entries appear on {len(bib_pages)} pages "
                                         f"(expected exactly one): {bib_pages}")
     return problems
+
+
+def paper_rows(rows: list[dict]) -> list[dict]:
+    """The paper's claims as graded on each chapter's own model (no variant), by the issue's
+    definition (:data:`PAPER_CHAPTERS`), independently of the page's own code."""
+    return [r for r in rows if r["chapter"] in PAPER_CHAPTERS and not r.get("variant")]
+
+
+def verdict_problems(build: Path, html: Path, pages: dict) -> list[str]:
+    """The Verdicts page and the landing page against ``_build/ledger.json``: one page of tables;
+    the bottom line first, the same on both pages; the paper's counts equal the ledger's; every
+    row shown once with its verdict; anchored chapter sections in the page's contents; the
+    ledger downloadable from the page, equal to the build's."""
+    found: list[str] = []
+    ledger_path = build / "ledger.json"
+    if not ledger_path.is_file():
+        return [f"{ledger_path} is missing"]
+    rows = read_ledger_json(ledger_path)
+    verdict_pages = [rel for rel, f in pages.items() if f.get("ledgerTables")]
+    if not rows:
+        return found
+    if len(verdict_pages) != 1:
+        return [f"{len(verdict_pages)} pages show the claims tables (expected one): {verdict_pages}"]
+    rel = verdict_pages[0]
+    page = pages[rel]
+    for px in page.get("ledgerOverflow", []):
+        found.append(f"{rel}: a table runs {px} px past the content column, hiding its last columns")
+    if not page.get("summaryFirst"):
+        found.append(f"{rel}: the bottom line does not come before the tables")
+    paper = paper_rows(rows)
+    summary = page.get("paperSummary") or {}
+    if summary.get("total") != len(paper):
+        found.append(f"{rel}: the paper's claims are counted {summary.get('total')}, ledger.json has {len(paper)}")
+    counts = summary.get("counts", {})
+    for verdict in {r["verdict"] for r in paper} | set(counts):
+        want = sum(r["verdict"] == verdict for r in paper)
+        if counts.get(verdict, 0) != want:
+            found.append(f"{rel}: {verdict!r} counted {counts.get(verdict)} among the paper's claims, "
+                         f"ledger.json has {want}")
+    shown = sorted((c["chapter"], c["claim"], c["variant"], c["verdict"]) for c in page["verdictCells"])
+    want = sorted((r["chapter"], r["id"], r.get("variant", ""), r["verdict"]) for r in rows)
+    if shown != want:
+        missing = sorted(set(want) - set(shown))[:5]
+        extra = sorted(set(shown) - set(want))[:5]
+        found.append(f"{rel} shows {len(shown)} verdicts, ledger.json has {len(want)} rows "
+                     f"(missing {missing}, not in the ledger {extra})")
+    for cell in page["verdictCells"]:
+        if cell["badge"] != cell["verdict"] or not cell["badgeVisible"]:
+            found.append(f"{rel}: {cell['chapter']}:{cell['claim']} ({cell['variant']}) shows badge "
+                         f"{cell['badge']!r} for {cell['verdict']!r}")
+    if page.get("ledgerRowsWithoutDetails"):
+        found.append(f"{rel}: {page['ledgerRowsWithoutDetails']} claims without their details toggle")
+    sections = page.get("chapterSections", [])
+    if not sections:
+        found.append(f"{rel}: no chapter section (headings with anchors)")
+    for section in sections:
+        if not section["id"] or not section["headerlink"] or not section["inContents"]:
+            found.append(f"{rel}: chapter section {section} lacks an anchor, its heading link or its "
+                         "entry in the page's contents")
+    targets = [resolve_link(href, html) for href in page.get("ledgerLinks", [])]
+    offered = [t[0] for t in targets if t is not None and t[0].is_file()]
+    if not offered:
+        found.append(f"{rel}: no link to a downloadable ledger.json ({page.get('ledgerLinks')})")
+    elif read_ledger_json(offered[0]) != rows:
+        found.append(f"{rel}: the ledger.json it offers ({offered[0]}) is not the build's {ledger_path}")
+    landing = [r for r, f in pages.items() if f.get("bottomLine") and r != rel]
+    if not landing:
+        found.append("no page besides the Verdicts page shows the bottom line (the landing page must)")
+    for other in landing:
+        if pages[other]["bottomLine"] != page["bottomLine"]:
+            found.append(f"{other}: its bottom line differs from the Verdicts page's")
+        if (pages[other].get("paperSummary") or {}).get("total") != len(paper):
+            found.append(f"{other}: the paper's counts are missing or differ from the ledger's")
+    return found
 
 
 ONLINE_HOSTS = ("github.com", "mybinder.org", "colab.research.google.com")
@@ -733,3 +874,176 @@ def test_search_works_offline(survey, chromium):
     for href in hits:
         path, _ = resolve_link(href, html)
         assert path.is_file(), f"a search hit points to a missing page: {href}"
+
+
+def test_no_raw_repr_internal_rule_string_or_broken_table_in_any_page(survey):
+    """No ``np.float64(``, ``tensor(`` or ``dtype=`` and no ``all:...`` rule string in any page's
+    text (code excepted), and every table written from data (criterion tables, the Verdicts
+    tables) has its declared number of columns in every row."""
+    assert_clean(survey, "markup", "pages show numbers and rules in words, tables unbroken")
+    shapes = [t for f in survey["pages"].values() for t in f.get("tableShapes", [])]
+    assert any("criterion-table" in t["classes"] for t in shapes), "no criterion table was checked"
+    assert any("claims-ledger" in t["classes"] for t in shapes), "no Verdicts table was checked"
+
+
+def test_figures_have_alt_text_and_are_not_shrunk(survey):
+    """Every image says what it shows (alt text that is not a path) and is at most 1.6 times
+    wider than shown (or SVG)."""
+    assert_clean(survey, "figures", "every figure reads where it is shown")
+    assert sum(len(f.get("imageFacts", [])) for f in survey["pages"].values()), "no image was checked"
+
+
+def test_badges_are_never_clipped_at_1280_px(survey):
+    assert_clean(survey, "badges", "every verdict badge is whole and beside its number")
+
+
+# --- a phone's screen, and paper ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def narrow(chromium, build_dir, survey):
+    """Every page again at 390 px (a phone): badges, the banner, sideways scrolling; screenshots
+    of the Verdicts page and of one chapter at 1280 and 390 px under ``_build/screenshots``;
+    and one chapter printed (media ``print``), as ``make pdf`` does."""
+    from playwright.sync_api import sync_playwright
+
+    html = build_dir / "html"
+    shots = build_dir / "screenshots"
+    pages: dict[str, dict] = {}
+    named: dict[str, Path] = {}
+    printed: dict = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        for width, viewport in ((390, NARROW), (1280, VIEWPORT)):
+            context = browser.new_context(viewport=viewport)
+            context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://")
+                          else route.abort())
+            for rel in site_pages(html):
+                if redirect_target(html / rel) is not None:
+                    continue
+                name = Path(rel).stem
+                wanted = name in ("verdicts", SCREENSHOT_CHAPTER)
+                if width == 1280 and not wanted:
+                    continue
+                page = context.new_page()
+                page.goto((html / rel).as_uri(), wait_until="load", timeout=60_000)
+                facts = page.evaluate(SURVEY_JS)
+                if width == 390:
+                    pages[rel] = {k: facts[k] for k in ("badgeProblems", "banner", "viewport", "scrollBoxes")}
+                if wanted:
+                    shot = shots / f"{name}-{width}.png"
+                    page.screenshot(path=str(shot), full_page=True)
+                    named[shot.name] = shot
+                if width == 1280 and name == SCREENSHOT_CHAPTER:
+                    page.emulate_media(media="print")
+                    printed = page.evaluate("""() => [...document.querySelectorAll('summary, button, span')]
+                        .filter(e => /Show code cell|Hide code cell/.test(e.textContent || ''))
+                        .filter(e => e.getClientRects().length > 0).map(e => e.textContent.trim().slice(0, 40))""")
+                    printed = {"page": rel, "toggles": printed}
+                page.close()
+            context.close()
+        browser.close()
+    return {"pages": pages, "named": named, "printed": printed}
+
+
+def test_badges_are_never_clipped_at_390_px(narrow):
+    bad = [f"{rel}: {b}" for rel, f in narrow["pages"].items() for b in f["badgeProblems"]]
+    assert not bad, "badges clipped or overlapping at 390 px:\n" + "\n".join(bad[:20])
+
+
+def test_on_a_phone_the_banner_is_collapsed_and_no_page_scrolls_sideways(narrow):
+    """At 390 px the provenance banner starts closed (its first line says the model) and takes at
+    most a third of the screen; no page is wider than the screen (wide content scrolls in its own
+    box, with the cue)."""
+    problems = []
+    for rel, f in narrow["pages"].items():
+        banner, view = f["banner"], f["viewport"]
+        if banner is not None and (banner["open"] or banner["height"] > view["height"] / 3):
+            problems.append(f"{rel}: the banner is {'open' if banner['open'] else 'closed'}, "
+                            f"{banner['height']} px tall on a {view['height']} px screen")
+        if view["overflow"] > 1:
+            problems.append(f"{rel}: the page is {view['overflow']} px wider than the screen")
+        for box in f["scrollBoxes"]:
+            problems.append(f"{rel}: {box['what']} ({box['text']!r}) overflows without its scroll cue")
+    assert not problems, "\n".join(problems[:30])
+    assert any(f["banner"] for f in narrow["pages"].values()), "no banner was checked"
+
+
+def test_screenshots_of_the_verdicts_page_and_a_chapter_at_both_widths(narrow):
+    want = {f"{name}-{width}.png" for name in ("verdicts", SCREENSHOT_CHAPTER) for width in (390, 1280)}
+    assert want <= set(narrow["named"]), sorted(narrow["named"])
+    for shot in narrow["named"].values():
+        assert shot.stat().st_size > 10_000, f"{shot} looks empty"
+
+
+def test_no_code_cell_toggle_on_paper(narrow):
+    """Printed (``make pdf``), a chapter shows no "Show code cell source" buttons: they do nothing
+    on paper (book/_static/layout.css hides them for print)."""
+    assert narrow["printed"], "the chapter was not printed"
+    assert not narrow["printed"]["toggles"], (f"{narrow['printed']['page']} printed with code-cell "
+                                              f"toggles: {narrow['printed']['toggles'][:5]}")
+
+
+# --- numbers in the prose ---------------------------------------------------------------------
+
+GLUE_ROLE = re.compile(r"\{glue:text\}`([^`]+)`")
+
+
+def glued_values(notebook: dict) -> dict[str, str]:
+    """Every value a notebook glued: key -> its text/plain representation."""
+    found = {}
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []):
+            book = (output.get("metadata") or {}).get("scrapbook") or {}
+            if book.get("name"):
+                prefix = book.get("mime_prefix") or ""
+                text = (output.get("data") or {}).get(prefix + "text/plain")
+                if text is not None:
+                    found[book["name"]] = "".join(text) if isinstance(text, list) else text
+    return found
+
+
+def lost_digits(value: str, shown: str, tolerance: float = 0.05) -> bool:
+    """Whether ``shown`` (a glued number as the page prints it) has lost the value's digits: a
+    nonzero number printed as 0, or off by more than ``tolerance`` of itself."""
+    try:
+        number = float(value)
+    except ValueError:
+        return False
+    text = shown.strip().replace(",", "").replace("−", "-")
+    scale = 100.0 if text.endswith("%") else 1.0
+    try:
+        printed = float(text.rstrip("%")) / scale
+    except ValueError:
+        return False
+    if number == 0 or not math.isfinite(number):
+        return False
+    return abs(printed - number) > tolerance * abs(number)
+
+
+def test_lost_digits():
+    assert lost_digits("0.000314", "0.000") and lost_digits("0.004", "0.0%") and lost_digits("1.4", "1")
+    assert not lost_digits("0.000314", "3.1e-04") and not lost_digits("12.4", "12")
+    assert not lost_digits("0.1234", "12.3%") and not lost_digits("'text'", "text") and not lost_digits("0", "0.000")
+
+
+def test_glued_numbers_keep_their_digits(build_dir):
+    """No number in the prose loses its digits to its format (``0.000`` for 3.1e-4): each
+    ``{glue:text}`key:format``` of a chapter, formatted as myst-nb formats it, is within 5% of the
+    glued value."""
+    from myst_nb.core.variables import format_plain_text
+
+    root = book_root(build_dir)
+    problems = []
+    for executed in sorted((build_dir / "jupyter_execute").rglob("*.ipynb")):
+        source = root / executed.relative_to(build_dir / "jupyter_execute").with_suffix(".md")
+        if not source.is_file():
+            continue
+        values = glued_values(json.loads(executed.read_text()))
+        for role in GLUE_ROLE.findall(source.read_text()):
+            key, _, fmt = role.partition(":")
+            if not fmt or key not in values:
+                continue
+            shown = format_plain_text(values[key], fmt)
+            if lost_digits(values[key], shown):
+                problems.append(f"{source.name}: {key} = {values[key]} shown as {shown!r} (format {fmt!r})")
+    assert not problems, "glued numbers printed without their digits:\n" + "\n".join(problems)

@@ -10,7 +10,7 @@ from normlimits.claims import REGISTRY
 from normlimits.corpus import Corpus, token_windows
 from normlimits.models import ModelError
 from normlimits.variants import (VariantResult, comparison_values, measure_variants,
-                                 median_exponent, missing_reason)
+                                 median_exponent, missing_reason, results_frame)
 
 TEXT = "Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. " * 40
 
@@ -45,9 +45,16 @@ def test_a_model_that_cannot_be_loaded_gets_its_reason(tiny_loaded, corpus):
     assert results[0].measured and results[0].heads == 8
     assert not results[1].measured and "hub is disabled" in results[1].reason
     base = VariantResult("gpt2", None, None, reason="offline")
-    assert missing_reason(base, results[1:]) == ("gpt2: offline; gpt2-medium: NORMLIMITS_MODEL="
-                                                 "gpt2-medium is not in the local cache and the "
-                                                 "hub is disabled")
+    assert missing_reason(base, results[1:]) == ("gpt2: offline; gpt2-medium: not in the local "
+                                                 "cache and the hub is disabled")
+    both = [VariantResult(name, None, None, reason=f"NORMLIMITS_MODEL='{name}' is not available: the hub "
+                          "is disabled (HF_HUB_OFFLINE=1). Remedy: run once with network access.")
+            for name in ("gpt2", "gpt2-medium")]
+    assert missing_reason(both[0], both[1:]) == ("gpt2 and gpt2-medium: not available: the hub is "
+                                                 "disabled (HF_HUB_OFFLINE=1)")
+    frame = results_frame(both)
+    assert list(frame.index) == ["gpt2", "gpt2-medium"]
+    assert frame.loc["gpt2", "not measured because"] == "not available: the hub is disabled (HF_HUB_OFFLINE=1)"
     assert comparison_values(base, results) == {"exponent_gap": None, "same_direction": None}
 
 

@@ -618,26 +618,30 @@ def synthetic_exponents(normalizers: Sequence[Normalizer], lengths: Sequence[int
 
 
 def verdict_overview(verdicts: dict, graded: dict, labels: dict) -> str:
-    """The yardstick claims in Markdown: per yardstick its registered rule (once: it is the same
-    for every normaliser) and a table of each normaliser's criterion values and verdict.
+    """The yardstick claims as HTML: per yardstick its registered rule in words (once: it is the
+    same for every normaliser) and a table of each normaliser's criterion values and verdict,
+    written from data (:mod:`normlimits.markup`), so math in a label or statistic cannot break it.
 
     ``verdicts``: key -> :class:`YardstickVerdict`; ``graded``: (key, yardstick) -> verdict;
-    ``labels``: key -> label.
+    ``labels``: key -> label (MyST, ``$math$`` allowed).
     """
-    from normlimits.claims import claim
-    from normlimits.claims.alternatives import YARDSTICKS, claim_id
+    import html as _html
 
-    lines = []
+    from normlimits.claims import claim, describe_outcomes
+    from normlimits.claims.alternatives import YARDSTICKS, claim_id
+    from normlimits.markup import html_table, inline_html, significant
+
+    parts = []
     for y in YARDSTICKS:
         rule = claim(claim_id(next(iter(verdicts)), y)).rule
         tests = "; ".join(f"`{c.key}`: {c.statistic} {c.describe()}" for c in rule.criteria)
-        outcomes = "; ".join(f"{v} if {c}" if c != "else" else f"otherwise {v}" for c, v in rule.outcomes)
-        lines += [f"**{y}** (claims ALT-&lt;key&gt;-{y}). *Rule:* {rule.text} ({outcomes}). {tests}.", "",
-                  "| normaliser | " + " | ".join(f"`{c.key}`" for c in rule.criteria) + " | verdict |",
-                  "|---" * (len(rule.criteria) + 2) + "|"]
+        parts.append(f"<p><strong>{_html.escape(y)}</strong> (claims ALT-&lt;key&gt;-{_html.escape(y)}). "
+                     f"<em>Rule:</em> {inline_html(rule.text)} ({inline_html(describe_outcomes(rule.outcomes))}). "
+                     f"{inline_html(tests)}.</p>")
+        rows = []
         for key, v in verdicts.items():
-            vals = " | ".join("n/a" if v.values[y][c.key] is None or v.values[y][c.key] != v.values[y][c.key]
-                              else f"{v.values[y][c.key]:.3g}" for c in rule.criteria)
-            lines.append(f"| {labels[key]} | {vals} | {graded[(key, y)]} |")
-        lines.append("")
-    return "\n".join(lines)
+            values = [_html.escape(significant(v.values[y][c.key])) for c in rule.criteria]
+            rows.append([inline_html(labels[key]), *values, _html.escape(graded[(key, y)])])
+        parts.append(html_table(["normaliser", *(c.key for c in rule.criteria), "verdict"], rows,
+                                classes=("criterion-table", "alternatives-overview")))
+    return "".join(parts)

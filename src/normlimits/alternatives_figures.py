@@ -30,7 +30,9 @@ def yardstick_figure(results, keys: Sequence[str], labels: dict, dashed: Sequenc
     cfg = results.config
     colour = _palette(keys)
     style = {k: "--" if k in dashed else "-" for k in keys}
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    fig, grid = plt.subplots(3, 2, figsize=(7.2, 10.5))
+    # panels (a)-(e) in reading order, the legend in the sixth place
+    axes = np.array([[grid[0, 0], grid[0, 1], grid[1, 0]], [grid[1, 1], grid[2, 0], grid[2, 1]]])
     lengths = np.array(cfg.lengths, dtype=float)
     n_grid = list(cfg.n_grid)
     temps = np.array(cfg.temperatures)
@@ -58,7 +60,7 @@ def yardstick_figure(results, keys: Sequence[str], labels: dict, dashed: Sequenc
     axes[1, 0].plot(temps, 1 / temps, "k:", lw=1, label="1/T")
     axes[1, 0].set(xscale="log", yscale="log", xlabel="T", ylabel=r"mean $\|\partial\alpha/\partial\ell\|_2$",
                    title="(d) gradient sensitivity")
-    axes[1, 0].legend(fontsize="x-small")
+    axes[1, 0].legend()
     ref = "softmax"
     if "reference_jacobian" in results.stats.get(ref, {}):
         axes[1, 1].plot(results.curve(ref, "reference_selectivity").numpy(),
@@ -67,7 +69,7 @@ def yardstick_figure(results, keys: Sequence[str], labels: dict, dashed: Sequenc
                    ylabel=r"mean $\|\partial\alpha/\partial\ell\|_2$", title="(e) gradient at equal selectivity")
     handles, names = axes[0, 0].get_legend_handles_labels()
     axes[1, 2].axis("off")
-    axes[1, 2].legend(handles, names, loc="center", ncol=2, fontsize="small", title="normaliser")
+    axes[1, 2].legend(handles, names, loc="center", ncol=1, title="normaliser", frameon=False)
     fig.tight_layout()
     return fig
 
@@ -78,7 +80,7 @@ def sweep_figure(gamma_table, gamma_factors: Sequence[float], sink_table, sink_v
     gamma / gamma_c (left) and against the sink logit b with the matched b* marked (right)."""
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 6.4))
     sep = f"N_s/N (N={knee})"
     for ax, table, x in ((ax1, gamma_table, list(gamma_factors)), (ax2, sink_table, list(sink_values))):
         ax.plot(x, table["max weight (L max)"].to_numpy(), "o-", label="largest weight, L = 1024")
@@ -90,7 +92,7 @@ def sweep_figure(gamma_table, gamma_factors: Sequence[float], sink_table, sink_v
     ax1.set_xticks(list(gamma_factors), [f"{g:g}" for g in gamma_factors])
     ax2.axvline(b_star, color="k", ls="--", lw=1, label=r"$b^*$ (median head)")
     ax2.set(xlabel="sink logit b", title="a sink logit per head")
-    ax2.legend(fontsize="x-small")
+    ax2.legend()
     fig.tight_layout()
     return fig
 
@@ -102,7 +104,7 @@ def removal_figure(removal, critical: dict, tau: float):
     of the layer output against N."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(3, 1, figsize=(7.2, 10.5))
     colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(removal.lengths)))
     for c, L in zip(colours, removal.lengths):
         grid = removal.grids[L]
@@ -114,7 +116,7 @@ def removal_figure(removal, critical: dict, tau: float):
     axes[0].axhline(tau, color="k", ls=":", lw=1, label=rf"$\tau$ = {tau:g}")
     axes[0].set(xscale="log", yscale="log", xlabel="N kept per head and query",
                 ylabel="loss increase (nats/token)", title="(a) next-token loss")
-    axes[0].legend(fontsize="x-small")
+    axes[0].legend()
     lengths = np.array(removal.lengths, dtype=float)
     for mode, marker in (("delete", "o-"), ("renormalise", "s--")):
         axes[1].plot(lengths, removal.fraction(tau, mode), marker, label=rf"$N^*_\tau/L$, {mode}")
@@ -124,7 +126,7 @@ def removal_figure(removal, critical: dict, tau: float):
     axes[1].set(xscale="log", yscale="log", xlabel="context length L", ylabel="fraction of the context",
                 title=r"(b) tokens needed vs Fig. 2c")
     axes[1].set_xticks(removal.lengths, [str(L) for L in removal.lengths])
-    axes[1].legend(fontsize="x-small")
+    axes[1].legend()
     axes[2].set(xscale="log", yscale="log", xlabel="N kept per head and query",
                 ylabel="relative change of the layer output", title="(c) attention output")
     fig.tight_layout()

@@ -131,7 +131,8 @@ def corpus_label(corpus: Corpus) -> str:
 
 
 def provenance_lines(loaded: LoadedModel, corpus: Corpus, windows: int) -> list[str]:
-    """The banner's facts as plain sentences (no path of the building machine)."""
+    """Every fact of the banner as plain sentences (no path of the building machine): the model's
+    shape, source (with its cache folder), tokenizer and notes, the corpus with its sha256."""
     lines = [
         f"Model: {loaded.name}, {loaded.n_params:,} parameters, {loaded.n_layers} layers x "
         f"{loaded.n_heads} heads (d_head {loaded.d_head}), context {loaded.max_positions}; "
@@ -146,22 +147,109 @@ def provenance_lines(loaded: LoadedModel, corpus: Corpus, windows: int) -> list[
     return [public_text(line) for line in lines]
 
 
-class ProvenanceBanner:
-    """Rich display of the provenance (HTML admonition in the book and Lab, text elsewhere)."""
+def _first_clause(text: str) -> str:
+    """``text`` up to its first ", " or "; " outside parentheses."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text[i:i + 2] in (", ", "; "):
+            return text[:i]
+    return text
 
-    def __init__(self, lines: list[str], paper_model: bool):
+
+def model_kind(loaded: LoadedModel) -> str:
+    """What the model is, in a few words: the paper's, pretrained elsewhere (and how its weights
+    were stored), trained here (its recipe), or random weights; no cache folder or checksum."""
+    source = public_text(loaded.source)
+    if loaded.is_paper_model:
+        return "the paper's model, pretrained by OpenAI"
+    trained = re.match(r"project stand-in: (.*?), trained here", source)
+    if trained:
+        return f"a small model trained here on the corpus ({trained.group(1)})"
+    if "random weights" in " ".join(loaded.notes).lower():
+        return "random weights, for timings only"
+    first = _first_clause(source)
+    if loaded.quantisation:
+        return f"a real pretrained model, {first}, its {loaded.quantisation} weights dequantised to float32"
+    return f"a pretrained model ({first})"
+
+
+def model_summary(loaded: LoadedModel) -> str:
+    """The banner's first line: the model, its size and kind, and whether it is the paper's."""
+    paper = "" if loaded.is_paper_model else " Not the paper's GPT-2 124M."
+    return f"{loaded.name}, {loaded.n_params / 1e6:.1f}M parameters: {model_kind(loaded)}.{paper}"
+
+
+def why_this_model(loaded: LoadedModel) -> str:
+    """One line on why the chapter runs on this model: the setting that chose it, or why the
+    unset setting fell back to it."""
+    from .settings import MODEL_ENV
+    import os
+
+    setting = os.environ.get(MODEL_ENV, "").strip()
+    if setting:
+        return f"Chosen by the setting {MODEL_ENV}={setting}."
+    for note in loaded.notes:
+        if note.startswith(f"{MODEL_ENV} is unset"):
+            text = re.sub(rf"^{MODEL_ENV} is unset(, | and )", "", note)
+            return public_text(text[:1].upper() + text[1:])
+    return "The paper's own model." if loaded.is_paper_model else "The book's default model."
+
+
+class ProvenanceBanner:
+    """Rich display of the provenance (HTML in the book and Lab, text elsewhere): the model, its
+    size and kind, the corpus and why this model, visible; every other fact (source and cache,
+    shape, notes, settings) in a collapsed provenance block. The banner itself is a ``<details>``
+    element, open; the site's script closes it on narrow screens (``book/_static/layout.js``)."""
+
+    def __init__(self, lines: list[str], paper_model: bool, summary: str = "", corpus: str = "",
+                 why: str = ""):
         self.lines = lines
         self.paper_model = paper_model
+        self.summary = summary or (lines[0] if lines else "")
+        self.corpus = corpus
+        self.why = why
 
     def _repr_html_(self) -> str:
         kind = "note" if self.paper_model else "warning"
-        items = "".join(f"<li>{html.escape(line)}</li>" for line in self.lines)
-        return (f'<div class="admonition {kind} provenance-banner" style="overflow-wrap: anywhere">'
-                f'<p class="admonition-title">'
-                f"Provenance of this chapter's numbers</p><ul>{items}</ul></div>")
+        facts = [("Corpus", self.corpus), ("Why this model", self.why)]
+        items = "".join(f"<li><strong>{name}:</strong> {html.escape(text)}</li>" for name, text in facts if text)
+        more = "".join(f"<li>{html.escape(line)}</li>" for line in self.lines)
+        return (f'<details class="admonition {kind} provenance-banner" open>'
+                f'<summary class="admonition-title">Model: {html.escape(self.summary)}</summary>'
+                f'<ul class="provenance-facts">{items}</ul>'
+                f'<details class="provenance-details"><summary>Provenance: source, cache, shape, '
+                f"settings</summary><ul>{more}</ul></details></details>")
 
     def __repr__(self) -> str:
-        return "\n".join(self.lines)
+        return "\n".join([f"Model: {self.summary}", *(t for t in (self.corpus, self.why) if t), *self.lines])
+
+
+#: settings whose values are shown in the banner's provenance block (the others are paths of the
+#: building machine: only whether they are set is shown)
+SHOWN_SETTINGS = ("NORMLIMITS_MODEL", "NORMLIMITS_WINDOWS", "NORMLIMITS_THREADS", "NORMLIMITS_DEVICE",
+                  "NORMLIMITS_DTYPE", "NORMLIMITS_REPLICAS", "NORMLIMITS_REPLICA_OF")
+
+
+def settings_line(environ=None) -> str:
+    """The book's settings of this build in one sentence: the value of each of
+    :data:`SHOWN_SETTINGS` that is set, "set" for the other ``NORMLIMITS_*`` variables (paths)."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    names = sorted(k for k in environ if k.startswith("NORMLIMITS_"))
+    if not names:
+        return "Settings: every NORMLIMITS_* setting at its default."
+    shown = [f"{k}={environ[k]}" if k in SHOWN_SETTINGS else f"{k} set" for k in names]
+    return "Settings: " + ", ".join(shown) + "; the rest at their defaults."
+
+
+def banner(loaded: LoadedModel, corpus: Corpus, windows: int) -> ProvenanceBanner:
+    """The chapter's provenance banner."""
+    lines = provenance_lines(loaded, corpus, windows) + [settings_line()]
+    return ProvenanceBanner(lines, loaded.is_paper_model, model_summary(loaded),
+                            f"{corpus_label(corpus).split(' (')[0]}, {corpus.n_bytes:,} bytes; "
+                            f"{windows} windows per measurement.", why_this_model(loaded))
 
 
 def start_chapter(chapter: str, model: str | None = None, windows: int | None = None,
@@ -188,7 +276,7 @@ def start_chapter(chapter: str, model: str | None = None, windows: int | None = 
     if show:
         from IPython.display import display
 
-        display(ProvenanceBanner(provenance_lines(loaded, corpus, ctx.window_count), loaded.is_paper_model))
+        display(banner(loaded, corpus, ctx.window_count))
     return ctx
 
 

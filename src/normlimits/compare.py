@@ -235,7 +235,7 @@ def plot_overlay(docs: Sequence[Mapping], labels: Sequence[str], yardstick: str,
 
     if yardstick not in CURVE_AXES:
         raise ValueError(f"yardstick={yardstick!r}: choose one of {list(CURVE_AXES)}")
-    fig, ax = plt.subplots(figsize=(6, 4)) if ax is None else (ax.figure, ax)
+    fig, ax = plt.subplots(figsize=(6.4, 4)) if ax is None else (ax.figure, ax)
     have = [(d, label) for d, label in zip(docs, labels) if yardstick in d["statistics"]]
     for doc, label in have:
         x, y = curve(doc, yardstick)
@@ -245,7 +245,7 @@ def plot_overlay(docs: Sequence[Mapping], labels: Sequence[str], yardstick: str,
         ax.plot(lengths, 1 / lengths, "k--", lw=1, label="1/L (uniform)")
     ax.set(**CURVE_AXES[yardstick])
     if ax.lines:
-        ax.legend(fontsize="small")
+        ax.legend()
     return fig
 
 

@@ -272,7 +272,7 @@ def plot_fig2a(study: PositionStudy, sweep_a, *, form: str = "scaled", n: int = 
 
     j = study.n_grid.tolist().index(n)
     x = study.lengths
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.5, 4), sharey=True)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 7.6), sharey=True)
     for s, label, marker in (("true", r"true $\tilde d$", "o"), ("mc", r"$\mathbb{E}\tilde d$ (Monte Carlo)", "s"),
                              ("main", r"main sum (lower bound on $\mathbb{E}$)", "")):
         _band(ax1, x, _over_lengths(study, form, s, j), COLORS[s], label, marker)
@@ -285,7 +285,7 @@ def plot_fig2a(study: PositionStudy, sweep_a, *, form: str = "scaled", n: int = 
     ax2.set(title=f"last row only (variant), N = {n}")
     for ax in (ax1, ax2):
         ax.set(xscale="log", yscale="log", xlabel="L")
-        ax.legend(fontsize="x-small")
+        ax.legend()
     fig.tight_layout()
     return fig
 
@@ -297,7 +297,7 @@ def plot_fig2b(study: PositionStudy, *, form: str = "scaled", critical: int | No
 
     L = study.lengths[-1]
     grid = np.array(study.n_grid.tolist())
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=(7.2, 4.2))
     for s, label in (("true", r"true $\tilde d$"), ("mc", r"$\mathbb{E}\tilde d$ (Monte Carlo)"),
                      ("main", "main sum")):
         _band(ax, grid, _per_head(study, form, s, L), COLORS[s], label, marker="")
@@ -309,7 +309,7 @@ def plot_fig2b(study: PositionStudy, *, form: str = "scaled", critical: int | No
         ax.axvline(critical, color="tab:purple", ls="--", lw=1, label="critical N (KS, 0.01)")
     ax.set(xscale="log", yscale="log", xlabel="N", ylabel="distance (units of x)",
            title=f"L = {L}, every query position")
-    ax.legend(fontsize="x-small")
+    ax.legend()
     fig.tight_layout()
     return fig
 
@@ -320,7 +320,7 @@ def plot_fig2c(searches: dict, alpha: float = 0.01, fraction: float = 0.06):
     first search, one curve per length."""
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.5, 4))
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 7.6))
     for k, (label, search) in enumerate(searches.items()):
         x = np.array(search.lengths, float)
         crit = search.critical[alpha]
@@ -333,7 +333,7 @@ def plot_fig2c(searches: dict, alpha: float = 0.01, fraction: float = 0.06):
     ax1.plot(x, fraction * x, "k--", lw=1, label=f"{fraction:g} L (paper)")
     ax1.plot(x, x, "k:", lw=1, label="N = L")
     ax1.set(xscale="log", yscale="log", xlabel="L", ylabel=f"critical N (alpha = {alpha:g})")
-    ax1.legend(fontsize="x-small")
+    ax1.legend()
     first = next(iter(searches.values()))
     cmap = plt.get_cmap("viridis")
     for k, (L, test) in enumerate(zip(first.lengths, first.tests)):
@@ -343,6 +343,6 @@ def plot_fig2c(searches: dict, alpha: float = 0.01, fraction: float = 0.06):
     ax2.axhline(alpha, color="k", ls=":", lw=1)
     ax2.set(xscale="log", yscale="log", xlabel="N / L", ylabel="KS p-value",
             title=next(iter(searches)))
-    ax2.legend(title="L", fontsize="x-small")
+    ax2.legend(title="L")
     fig.tight_layout()
     return fig

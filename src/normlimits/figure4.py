@@ -152,9 +152,11 @@ def plot_figure4(c: Curves):
     import matplotlib.pyplot as plt
 
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, axes = plt.subplots(1, len(c.eps), figsize=(12, 4), sharey=True)
+    rows = (len(c.eps) + 2) // 2           # two panels a row, the legend in the last place
+    fig, grid = plt.subplots(rows, 2, figsize=(7.2, 3.3 * rows), sharey=True, squeeze=False)
+    axes = grid.ravel()
     tt = torch.as_tensor(c.t)
-    for k, (e, ax) in enumerate(zip(c.eps, np.atleast_1d(axes))):
+    for k, (e, ax) in enumerate(zip(c.eps, axes)):
         heads = c.g_heads[:, k]
         ax.fill_between(c.t, heads.min(-1), heads.max(-1), color=colours[k], alpha=0.2, lw=0)
         ax.plot(c.t, heads.max(-1), color=colours[k], marker="o", ms=3, label="g, max over heads")
@@ -164,10 +166,14 @@ def plot_figure4(c: Curves):
         ax.plot(c.t, sensitivity_envelope(tt, float(e)).numpy(), "k:", lw=1.5,
                 label=r"corrected: $\min\{1/(2T),\sqrt{2}/\varepsilon\}$")
         ax.set(xscale="log", yscale="log", xlabel="temperature T", title=f"ε = {e:g}")
-    first = np.atleast_1d(axes)[0]
-    first.set_ylabel(r"sensitivity $g(T,\varepsilon)$")
+    first = axes[0]
+    for ax in grid[:, 0]:
+        ax.set_ylabel(r"sensitivity $g(T,\varepsilon)$")
     first.set_ylim(max(1e-6, float(c.g_heads[c.g_heads > 0].min()) / 3), 3e3)
-    first.legend(fontsize="x-small", loc="lower left")
+    handles, labels = first.get_legend_handles_labels()
+    for ax in axes[len(c.eps):]:
+        ax.axis("off")
+    axes[-1].legend(handles, labels, loc="center", frameon=False)
     fig.tight_layout()
     return fig
 
@@ -178,7 +184,7 @@ def plot_anatomy(c: Curves):
     import matplotlib.pyplot as plt
 
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    fig, ax = plt.subplots(figsize=(7.2, 4.6))
     for k, e in enumerate(c.eps):
         ax.plot(c.t, c.g[:, k], color=colours[k], marker="o", ms=3, label=f"g, ε = {e:g}")
         ax.axhline(math.sqrt(2) / e, color=colours[k], ls=":", lw=1.2)
@@ -188,6 +194,6 @@ def plot_anatomy(c: Curves):
     ax.plot(c.t, 1 / (2 * c.t), color="k", lw=0.6, label="1/(2T)")
     ax.set(xscale="log", yscale="log", xlabel="temperature T", ylabel="max over heads")
     ax.set_ylim(max(1e-6, float(c.g[c.g > 0].min()) / 3), 3e3)
-    ax.legend(fontsize="x-small", ncol=2, loc="lower left")
+    ax.legend(ncol=2, loc="lower left")
     fig.tight_layout()
     return fig

@@ -36,7 +36,7 @@ __all__ = ["SCHEMA_VERSION", "DOCUMENTS", "SchemaError", "schema_root", "version
            "problems", "validate", "read_document"]
 
 #: the version every file is written with now
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 #: the documents with a schema (``<name>.schema.json``); ``row`` is their shared row format
 DOCUMENTS = ("audit", "ledger", "compare")
 ROW = "row"

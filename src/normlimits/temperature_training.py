@@ -506,7 +506,7 @@ def plot_study(study: TemperatureStudy, window: int = 25):
     import numpy as np
     import pandas as pd
 
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 4))
+    fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(7.2, 9), sharex=True)
     temps = study.temperatures
     palette = plt.cm.viridis(np.linspace(0, 0.9, len(temps)))
     for colour, t in zip(palette, temps):
@@ -518,10 +518,10 @@ def plot_study(study: TemperatureStudy, window: int = 25):
             ax3.plot(r.probe_steps, np.array(r.probe["logit_std"]) * t, color=colour, lw=1,
                      marker=".", ms=3)
     ax1.axhline(study.runs[0].bigram_bits, color="k", ls="--", lw=1, label="bigram (held-out)")
-    ax1.set(xlabel="step", ylabel="bits per byte", title="training loss", ylim=(1.5, 6.5))
-    ax2.set(xlabel="step", ylabel=r"$\|\nabla W_Q, \nabla W_K\|$", yscale="log",
+    ax1.set(ylabel="bits per byte", title="training loss", ylim=(1.5, 6.5))
+    ax2.set(ylabel=r"$\|\nabla W_Q, \nabla W_K\|$", yscale="log",
             title="query/key gradient norm")
     ax3.set(xlabel="step", ylabel=r"std of $q^\top k/\sqrt{d}$", yscale="log", title="raw logit spread")
-    ax1.legend(fontsize="x-small")
+    ax1.legend()
     fig.tight_layout()
     return fig

@@ -11,6 +11,7 @@ the build's model and each larger variant loadable; where either is missing the 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -72,9 +73,32 @@ def comparison_values(base: VariantResult, larger: Sequence[VariantResult]) -> d
     return {"exponent_gap": gap, "same_direction": same}
 
 
+def results_frame(results: Sequence[VariantResult]):
+    """The comparison as a table: one row per model (its median exponent and head count, or why
+    it was not measured, in a few words)."""
+    import pandas as pd
+
+    return pd.DataFrame([{"model": r.model, "median exponent": r.exponent, "heads": r.heads,
+                          "not measured because": short_reason(r.reason) if r.reason else ""}
+                         for r in results]).set_index("model")
+
+
+def short_reason(message: str) -> str:
+    """A loader's error in a few words for the prose: without the setting it names
+    (``NORMLIMITS_MODEL='gpt2' is not available: ...`` -> ``not available: ...``) and without its
+    remedy."""
+    text = re.sub(r"^\S+=\S+ (is )?", "", message.strip())
+    text = text.split(" Remedy:")[0].strip()
+    return text.rstrip(".")
+
+
 def missing_reason(base: VariantResult, larger: Sequence[VariantResult]) -> str | None:
-    """Why the comparison cannot be made on this build (None when it can)."""
+    """Why the comparison cannot be made on this build (None when it can), in a few words: the
+    models that share a reason are named together (``gpt2 and gpt2-medium: ...``)."""
     missing = [r for r in [base, *larger] if not r.measured]
     if base.measured and len(missing) < len(larger):
         return None
-    return "; ".join(f"{r.model}: {r.reason}" for r in missing)
+    grouped: dict[str, list[str]] = {}
+    for r in missing:
+        grouped.setdefault(short_reason(r.reason or "not measured"), []).append(r.model)
+    return "; ".join(f"{' and '.join(models)}: {reason}" for reason, models in grouped.items())

@@ -228,14 +228,14 @@ def _plot_vanishing(result):
     stats = result["stats"]
     lengths = stats.lengths.numpy()
     maxw = head_max_weights(stats)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.4, 4))
     for curve in maxw:
         ax.plot(lengths, curve, color="tab:blue", alpha=0.35, lw=1)
     ax.plot(lengths, np.median(maxw, 0), color="k", lw=2, label="median head")
     ax.plot(lengths, 1 / lengths, "k--", lw=1, label="1/L (uniform)")
     ax.set(xscale="log", yscale="log", xlabel="L (keys visible)", ylabel="largest weight",
            title="Vanishing attention: largest weight against L")
-    ax.legend(fontsize="small")
+    ax.legend()
     fig.tight_layout()
     return fig
 
@@ -334,7 +334,7 @@ def _plot_separability(result):
     sweep, st = result["sweep"], result["figure3"]
     grid = np.asarray(sweep.n_grid)
     per_head = sweep.fraction["values"].reshape(-1, len(grid)).numpy()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.4, 4))
     ax.fill_between(grid, np.percentile(per_head, 10, 0), np.percentile(per_head, 90, 0),
                     color="tab:blue", alpha=0.25, label="heads, 10th-90th percentile")
     ax.plot(grid, st["median"], "o-", color="tab:blue", label="median head")
@@ -342,7 +342,7 @@ def _plot_separability(result):
     ax.plot(grid, st["bound"], "r--", lw=1, label="exponential upper bound (median)")
     ax.set(xscale="log", xlabel="N (top-N tokens)", ylabel="$N_s/N$", ylim=(0, 1.05),
            title="Geometric separability")
-    ax.legend(fontsize="small")
+    ax.legend()
     fig.tight_layout()
     return fig
 

@@ -17,16 +17,17 @@ returns a :class:`Graded` that displays the rule, the values and the verdict on 
 
 from __future__ import annotations
 
+import html
 import importlib
 from dataclasses import dataclass
 from typing import Mapping
 
 from .base import Claim
-from .rules import KINDS, OPS, VERDICTS, Criterion, Rule, plain_text, regrade
+from .rules import KINDS, OPS, VERDICTS, Criterion, Rule, describe_outcomes, plain_text, regrade
 
 __all__ = ["Claim", "Criterion", "Rule", "Graded", "REGISTRY", "VERDICTS", "OPS", "KINDS",
            "CHAPTER_MODULES", "claim", "expected_claims", "make_row", "record", "record_variant",
-           "regrade", "plain_text", "glue_key"]
+           "regrade", "plain_text", "describe_outcomes", "glue_key"]
 
 #: chapters whose claims are registered, in book order (a module of this package each)
 CHAPTER_MODULES = ("vanishing", "distances", "separability", "gradients", "alternatives",
@@ -90,26 +91,37 @@ class Graded:
     def verdict(self) -> str:
         return self.row["verdict"]
 
-    def _repr_markdown_(self) -> str:
+    def _repr_html_(self) -> str:
+        """The verdict, then one table row per criterion (HTML written from the row's data, so
+        math holding ``|``, ``*`` or ``_`` cannot split a cell), then the rule in words."""
+        from ..markup import html_table, inline_html, with_interval
+
         row = self.row
-        lines = [f"**{row['id']}{' (' + row['variant'] + ')' if row.get('variant') else ''}: "
-                 f"{row['verdict']}.** {row['claim']}", "",
-                 "| criterion | statistic | measured | rule | passes |", "|---|---|---|---|---|"]
+        label = row["id"] + (f" ({row['variant']})" if row.get("variant") else "")
+        verdict = row["verdict"]
+        css = verdict.replace(" ", "-")
+        badge = f'<span class="verdict-badge verdict-{css}">{html.escape(verdict)}</span>'
+        cells = []
         for c in row["criteria"]:
             crit = Criterion(c["key"], c["statistic"], c["op"],
                              tuple(c["threshold"]) if isinstance(c["threshold"], list) else c["threshold"],
                              c["kind"])
-            value = "n/a" if c["value"] is None else f"{c['value']:.4g}"
-            passed = {True: "yes", False: "no", None: "not measured"}[c["passed"]]
             kind = " (identity)" if c["kind"] == "identity" else ""
-            lines.append(f"| `{c['key']}`{kind} | {c['statistic']} | {value} | {crit.describe()} | {passed} |")
-        outcomes = "; ".join(f"{v} if {c}" if c != "else" else f"otherwise {v}" for c, v in row["outcomes"])
-        lines += ["", f"*Rule:* {row['rule']} ({outcomes}.)"]
+            passed = {True: "yes", False: "no", None: "not measured"}.get(c["passed"], str(c["passed"]))
+            cells.append([f"<code>{html.escape(c['key'])}</code>{kind}", inline_html(c["statistic"]),
+                          html.escape(with_interval(c["value"], c.get("interval"), 4)),
+                          html.escape(crit.describe()), html.escape(passed)])
+        parts = [f'<div class="graded-claim"><p><strong>{html.escape(label)}:</strong> {badge} '
+                 f"{inline_html(row['claim'])}</p>",
+                 html_table(("criterion", "statistic", "measured", "rule", "passes"), cells,
+                            classes=("criterion-table",)),
+                 f"<p><em>Rule:</em> {inline_html(row['rule'])} "
+                 f"({inline_html(describe_outcomes(row['outcomes']))}.)</p>"]
         if row.get("scope"):
-            lines.append(f"*Scope:* {row['scope']}.")
+            parts.append(f"<p><em>Scope:</em> {inline_html(row['scope'])}.</p>")
         if row.get("reason"):
-            lines.append(f"*Not testable here:* {row['reason']}")
-        return "\n".join(lines)
+            parts.append(f"<p><em>Not testable here:</em> {inline_html(row['reason'])}</p>")
+        return "".join(parts) + "</div>"
 
     def __repr__(self) -> str:
         return f"{self.row['id']}: {self.verdict} ({self.row['statistic']} = {self.row['value']})"
@@ -141,7 +153,7 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
            "claim": item.claim, "claim_text": rules.plain_text(item.claim), "paper": item.paper,
            "paper_text": rules.plain_text(item.paper), "measured": measured,
            "measured_text": rules.plain_text(measured), "model": model, "scope": item.scope,
-           "premise": item.premise, **graded}
+           "premise": item.premise, "paper_value": item.paper_value, **graded}
     if variant:
         row["variant"] = variant
     if reason:

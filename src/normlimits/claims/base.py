@@ -15,7 +15,9 @@ class Claim:
     paper's wording, quoted or faithfully paraphrased, with its place; ``scope``: what range the
     verdict covers (required for asymptotic claims, e.g. "at L ≤ 1024"); ``premise``: for one half
     of a conditional claim, the id of the other half (the premise and the conclusion are graded
-    separately).
+    separately); ``paper_value``: what the paper reports, in a few words beside the measured
+    numbers on the Verdicts page (its number where it gives one, "≈ 0.06 L"; else the form of its
+    statement, "a bound, no number"; "not in the paper" for the book's own statements).
     """
 
     id: str
@@ -27,6 +29,7 @@ class Claim:
     scope: str = ""
     premise: str = ""
     tags: tuple[str, ...] = field(default_factory=tuple)
+    paper_value: str = ""
 
     def __post_init__(self) -> None:
         for name in ("id", "chapter", "section", "claim", "paper"):

@@ -30,6 +30,7 @@ _PAPER_MODEL = Criterion("paper_model", "1 when measured on the paper's GPT-2 12
 CLAIMS = (
     Claim(
         id="T1a", chapter=CHAPTER, section="Sec. 2.1, Theorem 1 (1)",
+        paper_value="a bound (display partly recovered)",
         claim="Fixed top-$N$ set: $\\tilde d \\le (1-\\bar\\alpha_N)d_1$ + a term in the largest "
               "selected norm",
         paper=("Theorem 1, part 1: for a fixed top-$N$ set, $\\tilde d$ is bounded by "
@@ -52,6 +53,7 @@ CLAIMS = (
     ),
     Claim(
         id="T1b", chapter=CHAPTER, section="Sec. 2.1, Theorem 1 (2)",
+        paper_value="a small Jensen gap (no number)",
         claim="Random $N$-subset: $\\mathbb E\\tilde d$ = main sum + a small Jensen gap",
         paper=("Theorem 1, part 2: for a uniformly random top-$N$ set the expected distance is a "
                "main sum (random indicators replaced by their expectations) plus a Jensen-gap "
@@ -75,6 +77,7 @@ CLAIMS = (
     ),
     Claim(
         id="C2i", chapter=CHAPTER, section="Sec. 2.1, Corollary 2 (i); Sec. 3.1",
+        paper_value="linear in $L$",
         claim="$N \\ll L$: $\\mathbb E\\tilde d \\to \\sum_i\\lVert\\alpha_i x_i\\rVert$, growing "
               "linearly in $L$",
         paper=("Corollary 2(i): for fixed $N \\ll L$ the expected distance is dominated by the "
@@ -105,6 +108,7 @@ CLAIMS = (
     ),
     Claim(
         id="C2ii", chapter=CHAPTER, section="Sec. 2.1, Corollary 2 (ii)",
+        paper_value="$\\to 0$ as $N \\to L$",
         claim="$N \\to L$: $\\tilde d$ and $\\mathbb E\\tilde d$ collapse to 0",
         paper=("Corollary 2(ii): for fixed $L$ and $N \\to L$ the non-selected set empties, so "
                "$\\mathbb E \\to 0$ and $\\tilde d \\to 0$ (\"the $N \\to L$ collapse\")."),
@@ -124,6 +128,7 @@ CLAIMS = (
     ),
     Claim(
         id="F2a", chapter=CHAPTER, section="Sec. 3.1, Fig. 2a",
+        paper_value="curves close, linear in $L$",
         claim="$N = 5$: true and expected distance close, both $\\sim$ linear in $L$",
         paper=("Figure 2a (GPT-2 124M, $N = 5$, $L = 32..1024$): the true distance and its "
                "expectation both grow roughly linearly in $L$, under a safe but conservative "
@@ -149,6 +154,7 @@ CLAIMS = (
     ),
     Claim(
         id="F2b", chapter=CHAPTER, section="Sec. 3.1, Fig. 2b",
+        paper_value="plateau beyond $N = 20$",
         claim="$L = 1024$: plateau beyond $N = 20$, bound tightens, true and expected converge",
         paper=("Figure 2b ($L = 1024$, $N \\in \\{1, 5, 10, 20, 100\\}$): beyond $N = 20$ the "
                "returns diminish, the distance plateaus while the bound tightens; as $N$ "
@@ -173,6 +179,7 @@ CLAIMS = (
     ),
     Claim(
         id="F2c", chapter=CHAPTER, section="Sec. 3.1, Fig. 2c; guideline 1",
+        paper_value="critical $N \\approx 0.06\\,L$",
         claim="Critical $N$ (KS, $\\alpha = 0.01$) $\\approx 0.06\\,L$",
         paper=("Figure 2c: the smallest $N$ at which a two-sample KS test ($\\alpha = 0.01$) "
                "cannot tell the per-head token-means of true and expected distance apart grows "
@@ -197,6 +204,7 @@ CLAIMS = (
     ),
     Claim(
         id="COL", chapter=CHAPTER, section="Sec. 4 (Discussion), distance bound",
+        paper_value="must collapse (no number)",
         claim="$\\tilde d$ must collapse once $N$ grows in proportion to $L$",
         paper=("Discussion: \"when $N$ grows in proportion to $L$, $\\tilde d$ must collapse\"; "
                "this formalises the softmax bottleneck, and Fig. 2 (middle) shows the plateau."),

@@ -16,6 +16,7 @@ _ROUNDING = 1e-9
 CLAIMS = (
     Claim(
         id="EX", chapter=CHAPTER, section="Sec. 2.3, motivating example",
+        paper_value="$O(\\varepsilon/T)$",
         claim="Logits $\\sqrt5\\,\\varepsilon$ apart with the top two swapped move softmax by "
               "$O(\\varepsilon/T)$",
         paper=("Two almost identical logit vectors with $\\lVert\\ell^{(1)}-\\ell^{(2)}\\rVert_2="
@@ -44,6 +45,7 @@ CLAIMS = (
     ),
     Claim(
         id="L2", chapter=CHAPTER, section="Sec. 2.3, Lemma 2",
+        paper_value="grows as $\\min_j F \\to 0$ (a bound)",
         claim="A normaliser's Jacobian grows as $\\min_j F(\\ell_j)\\to0$",
         paper=("Lemma 2: for $\\alpha_i=F(\\ell_i,\\theta)/\\sum_jF(\\ell_j,\\theta)$, "
                "$\\lVert\\nabla_\\ell\\alpha\\rVert$ is bounded by two terms that \"scale inversely "
@@ -70,6 +72,7 @@ CLAIMS = (
     ),
     Claim(
         id="C3", chapter=CHAPTER, section="Sec. 2.3, Corollary 3; Fig. 4 dashed curve",
+        paper_value="$\\le \\min\\{1/(4T), \\sqrt2\\}$",
         claim="Softmax: $\\lVert\\nabla_\\ell\\alpha\\rVert_2\\le\\min\\{1/(4T),\\sqrt2\\}$",
         paper=("Corollary 3: $\\lVert\\nabla_\\ell\\alpha\\rVert_2\\le\\min\\{1/(4T),\\sqrt2\\}$, "
                "\"the classic instability\"; the dashed curve of Figure 4."),
@@ -91,6 +94,7 @@ CLAIMS = (
     ),
     Claim(
         id="F4", chapter=CHAPTER, section="Sec. 3.3, Fig. 4",
+        paper_value="slope $-1$ below $T = 0.1$; $100\\times$ fall from $T = 1$",
         claim="$g(T,\\varepsilon)$ follows $1/T$ for $T<0.1$, collapses and falls 100x for $T\\ge1$",
         paper=("Figure 4: the finite-difference sensitivity $g(T,\\varepsilon)$ (mean over "
                "tokens, maximum over heads) follows the $1/T$ trend for $T<0.1$; once $T\\ge1$ the "
@@ -118,6 +122,7 @@ CLAIMS = (
     ),
     Claim(
         id="EPS", chapter=CHAPTER, section="Sec. 3.3, Fig. 4",
+        paper_value="smaller $\\varepsilon$, larger $g$",
         claim="Smaller $\\varepsilon$ gives larger $g(T,\\varepsilon)$",
         paper=("Section 3.3: \"smaller $\\varepsilon$ gives larger values, because the sharpest "
                "logits dominate the change\"."),
@@ -144,6 +149,7 @@ CLAIMS = (
     ),
     Claim(
         id="LIM", chapter=CHAPTER, section="Sec. 4, Discussion",
+        paper_value="close to the limit for $T < 0.1$",
         claim="GPT-2 operates close to the theoretical limit for $T<0.1$",
         paper=("Discussion: Figure 4 shows GPT-2 operating \"close to the theoretical limit when "
                "$T<10^{-1}$\"; the Conclusion: the empirical norm \"tracks the theoretical "
@@ -163,6 +169,7 @@ CLAIMS = (
     ),
     Claim(
         id="G3", chapter=CHAPTER, section="Sec. 4, guideline 3",
+        paper_value="$\\lVert J\\rVert$ up, separability not",
         claim="$T<0.1$ raises Jacobian norms without improving separability",
         paper=("Guideline 3: \"pushing $T$ below $10^{-1}$ raises Jacobian norms without improving "
                "separability (Figs. 3-4)\"."),
@@ -189,6 +196,7 @@ CLAIMS = (
     ),
     Claim(
         id="TR", chapter=CHAPTER, section="Secs. 2.3 and 4 (asserted, not measured)",
+        paper_value="training harder (asserted, not measured)",
         claim="Softmax's gradient sensitivity makes training hard at low $T$",
         paper=("Section 2.3: a sharper normaliser \"amplifies gradient variance, which "
                "complicates training of deep transformers\"; guideline 3: avoid $T\\le0.1$."),

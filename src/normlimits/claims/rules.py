@@ -22,7 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["VERDICTS", "OPS", "KINDS", "Criterion", "Rule", "regrade", "plain_text"]
+__all__ = ["VERDICTS", "OPS", "KINDS", "Criterion", "Rule", "regrade", "plain_text",
+           "describe_condition", "describe_outcomes"]
 
 #: confirmed: the claim holds as stated (on the range measured); corrected: a true statement
 #: close to the claim is proven here and replaces it; refuted: the evidence contradicts it;
@@ -196,6 +197,41 @@ class Rule:
         return cls(criteria, tuple(tuple(o) for o in row["outcomes"]), row["headline"], row["rule"])
 
 
+def _listed(keys: list[str], joiner: str) -> str:
+    quoted = [f"`{k}`" for k in keys]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + f" {joiner} " + quoted[-1]
+
+
+def describe_condition(condition: str) -> str:
+    """An outcome's condition in words, criterion keys in backticks: ``all`` -> "every criterion
+    passes", ``all:a,b`` -> "`a` and `b` pass", ``any:a`` -> "`a` passes", ``none:a,b`` ->
+    "`a` and `b` both fail", ``else`` -> "otherwise"."""
+    word, _, names = condition.partition(":")
+    keys = [n.strip() for n in names.split(",") if n.strip()]
+    if word == "else":
+        return "otherwise"
+    if not keys:
+        return {"all": "every criterion passes", "any": "at least one criterion passes"}[word]
+    one = len(keys) == 1
+    if word == "all":
+        return _listed(keys, "and") + (" passes" if one else " pass")
+    if word == "any":
+        return _listed(keys, "or") + " passes"
+    if word == "none":
+        return _listed(keys, "and") + (" fails" if one else " both fail" if len(keys) == 2 else " all fail")
+    raise ValueError(f"condition {condition!r}: expected all, any, none or else")
+
+
+def describe_outcomes(outcomes) -> str:
+    """A rule's outcomes in words, in order: "confirmed when every criterion passes; corrected
+    when `gain` passes; otherwise refuted" (never the internal ``all:gain`` strings)."""
+    parts = []
+    for condition, verdict in outcomes:
+        words = describe_condition(condition)
+        parts.append(f"otherwise {verdict}" if condition == "else" else f"{verdict} when {words}")
+    return "; ".join(parts)
+
+
 def regrade(row: Mapping) -> str:
     """Re-grade a ledger row from its recorded criteria, values and outcomes alone."""
     rule = Rule.from_row(row)
@@ -204,7 +240,7 @@ def regrade(row: Mapping) -> str:
 
 _LATEX = [
     (r"\\lVert\s*", "‖"), (r"\s*\\rVert", "‖"), (r"\\Vert", "‖"), (r"\\lvert|\\rvert|\\vert", "|"), (r"\\left|\\right|\\big|\\Big", ""),
-    (r"\\alpha", "α"), (r"\\bar\{?α\}?", "ᾱ"), (r"\\Delta", "Δ"), (r"\\delta", "δ"), (r"\\varepsilon|\\epsilon", "ε"),
+    (r"\\alpha", "α"), (r"\\bar\s*\{?α\}?", "ᾱ"), (r"\\Delta", "Δ"), (r"\\delta", "δ"), (r"\\varepsilon|\\epsilon", "ε"),
     (r"\\xi", "ξ"), (r"\\ell", "ℓ"), (r"\\theta", "θ"), (r"\\sigma", "σ"), (r"\\gamma", "γ"), (r"\\tau", "τ"),
     (r"\\mathbb\s*\{?E\}?", "𝔼"), (r"\\tilde\s*\{?d\}?", "d̃"),
     (r"\\tilde\s*\{?(\w)\}?", "\\1\u0303"), (r"\{\\rm\s+([^}]*)\}", r"{\1}"), (r"\\rm\s*", ""),

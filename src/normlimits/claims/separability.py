@@ -17,6 +17,7 @@ COVERAGE_TOLERANCE = 0.05
 CLAIMS = (
     Claim(
         id="T2", chapter=CHAPTER, section="Sec. 2.2, Theorem 2",
+        paper_value="two bounds ($\\xi_i$ not recoverable)",
         claim="Bounds on the expected fraction $\\mathbb{E}[N_s]/N$ of distinguishable tokens",
         paper=("Theorem 2: under Assumption 1 (points uniform on the sphere of radius $M$) and "
                "Assumption 2 (pairwise distances at least $\\delta$), $\\mathbb{E}[N_s]/N$ lies "
@@ -47,6 +48,7 @@ CLAIMS = (
     ),
     Claim(
         id="F3", chapter=CHAPTER, section="Sec. 3.2, Figure 3",
+        paper_value="plateau 0.70–0.85 after $N \\approx 16$",
         claim=(f"$N_s/N$ falls until $N\\approx{SEPARABILITY_KNEE}$, then plateaus at "
                f"{_LOW:.2f}–{_HIGH:.2f}; the upper bound tracks the maxima"),
         paper=("Figure 3 (GPT-2 124M, box plots over the 144 heads): the distinguishable fraction "
@@ -80,6 +82,7 @@ CLAIMS = (
     ),
     Claim(
         id="S80", chapter=CHAPTER, section="Sec. 3.2 and 4",
+        paper_value="at most $\\approx 80\\%$",
         claim="No more than $\\approx 80\\%$ of the top-$N$ tokens are distinguishable at once",
         paper=("Sections 3.2 and 4: no more than about 80% (four fifths) of the top-$N$ tokens can "
                "be simultaneously distinguished, even for idealised spherical embeddings."),
@@ -102,6 +105,7 @@ CLAIMS = (
     ),
     Claim(
         id="MHP", chapter=CHAPTER, section="Sec. 4 (premise of the multi-head formula)",
+        paper_value="independent heads (the premise)",
         claim="Heads of a layer distinguish the top-$N$ tokens independently, each at rate $p$",
         paper=("Section 4: \"if heads are independent, each with separability $p$, then $H$ heads "
                "cover up to $1-(1-p)^H$ of the top-$N$ tokens\"; this row grades the premise on "
@@ -128,6 +132,7 @@ CLAIMS = (
     ),
     Claim(
         id="MH", chapter=CHAPTER, section="Sec. 4", premise="MHP",
+        paper_value="$p = 0.8$, $H = 3$: 99% covered",
         claim="Independent heads cover $1-(1-p)^H$ of the top-$N$ tokens",
         paper=("Section 4: if heads are independent, each with separability $p$, then $H$ heads "
                f"cover up to $1-(1-p)^H$ of the top-$N$ tokens; with $p={MULTIHEAD_P}$ about "
@@ -158,6 +163,7 @@ CLAIMS = (
     ),
     Claim(
         id="MON", chapter=CHAPTER, section="Conclusion, diagnostics; Sec. 4, guideline 2",
+        paper_value="70%–80% means saturated",
         claim=(f"Rising entropy or $N_s/N$ falling to {_MON_LOW:.0%}–{_MON_HIGH:.0%} signals a "
                "saturated head"),
         paper=("Conclusion: monitor attention entropy or $N_s/N$; \"geometric separability falling "
@@ -185,6 +191,7 @@ CLAIMS = (
     ),
     Claim(
         id="TSEP", chapter=CHAPTER, section="Sec. 2.3 (trade-off)",
+        paper_value="smaller $T$ separates better",
         claim="A smaller temperature $T$ separates tokens better",
         paper=("Section 2.3: \"a sharper normaliser (smaller $T$) separates tokens better but "
                "amplifies gradient variance\"."),

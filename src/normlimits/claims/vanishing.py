@@ -11,6 +11,7 @@ CHAPTER = "vanishing"
 CLAIMS = (
     Claim(
         id="L1", chapter=CHAPTER, section="Sec. 2.1, Lemma 1",
+        paper_value="$C_1/L \\le \\alpha_i \\le C_2/L$ (a bound)",
         claim="Length-independent normalisers give $\\Theta(1/L)$ weights",
         paper=("Lemma 1: for $\\alpha_i = F(\\ell_i)/\\sum_j F(\\ell_j)$ with $F$ smooth, positive and "
                "not depending on $L$, and bounded logits $\\ell_i\\in[-a,a]$: "
@@ -30,6 +31,7 @@ CLAIMS = (
     ),
     Claim(
         id="C1", chapter=CHAPTER, section="Sec. 2.1, Corollary 1",
+        paper_value="$e^{\\mp 2\\Delta/T}/L$ (a bound)",
         claim="Softmax weights lie within $e^{\\mp 2\\Delta/T}/L$",
         paper=("Corollary 1: $\\tfrac1L e^{-2\\Delta/T} \\le \\alpha_i \\le \\tfrac1L e^{2\\Delta/T}$ "
                "with $\\Delta = \\lVert q\\rVert\\lVert k\\rVert$."),
@@ -50,6 +52,7 @@ CLAIMS = (
     ),
     Claim(
         id="C1S", chapter=CHAPTER, section="Sec. 2.1 (the book's sharpened Corollary 1)",
+        paper_value="not in the paper (the book's)",
         claim="Exact softmax extremes $e^{\\pm2\\Delta/T}/(e^{\\pm2\\Delta/T}+L-1)$",
         paper=("Not in the paper: the exact, attained extremes of a softmax weight over "
                "$|\\ell_j|\\le\\Delta$, proven in this book; they imply Corollary 1."),
@@ -65,6 +68,7 @@ CLAIMS = (
     ),
     Claim(
         id="NU", chapter=CHAPTER, section="Sec. 2.1, reading of Lemma 1",
+        paper_value="every weight $\\Theta(1/L)$: exponent $-1$",
         claim="Attention becomes near-uniform as the context grows",
         paper=("Attention becomes almost uniform as the context grows: every weight is "
                "$\\Theta(1/L)$, so the model cannot single out the important tokens."),
@@ -89,6 +93,7 @@ CLAIMS = (
     ),
     Claim(
         id="VAR", chapter=CHAPTER, section="Sec. 3, experimental setup",
+        paper_value="identical trends (none shown)",
         claim="Larger GPT-2 variants give the same trends",
         paper=("The experiments use GPT-2 124M; the authors state that larger variants gave "
                "qualitatively identical trends, and show none."),

@@ -1,0 +1,176 @@
+"""The bottom line and the Verdicts page, from ledger rows (normlimits.sphinx_ledger), and what the
+site offers around them: alt texts from captions (sphinx_figures), the downloaded notebook's
+install note and the package archive (sphinx_downloads)."""
+
+from __future__ import annotations
+
+import re
+import tarfile
+
+from docutils import nodes
+
+from normlimits import claims, sphinx_ledger as S
+
+STANDIN = "standin (2.0M params)"
+REAL = "smollm2-135m (134.5M params)"
+
+
+def graded(cid, values, model, chapter=None, variant=None, **extra):
+    """A real ledger row: graded by the claim's registered rule."""
+    item = claims.claim(cid)
+    row = claims.make_row(cid, values, "measured", chapter=chapter or item.chapter, model=model,
+                          variant=variant, reason=extra.pop("reason", None))
+    row.update(extra)
+    return row
+
+
+def ledger_rows():
+    """Paper claims on the real model with stand-in replays, an alternatives row and an
+    architectures replay and comparison."""
+    return [
+        graded("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, REAL),              # confirmed
+        graded("C1", {"literal_outside": 0.02, "maxkey_outside": 0.0}, STANDIN, variant="standin"),
+        graded("NU", {"exponent": -0.4, "entropy": 0.5, "regime": 0.1}, REAL),
+        graded("NU", {"exponent": -0.41, "entropy": 0.5, "regime": 0.1}, STANDIN, variant="standin"),
+        graded("LIM", {"closeness": 0.0003}, REAL),                                       # refuted
+        graded("ALT-ssmax-vanishing", {"exponent": 0.0, "gain": 0.5}, REAL),
+        graded("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "standin-rope (1.8M params)",
+               chapter="architectures", variant="standin-rope"),
+        graded("ARCH", {"agreement": 1.0, "majority": 1.0},
+               "standin-rope (1.8M params) against standin (2.0M params)", chapter="architectures"),
+    ]
+
+
+def test_rows_are_sorted_into_the_papers_claims_and_the_books_questions():
+    rows = ledger_rows()
+    parts = [S.part_of(r) for r in rows]
+    assert parts == ["paper", "control", "paper", "control", "paper", "alternatives",
+                     "architectures", "architectures"]
+    assert [r["id"] for r in S.paper_rows(rows)] == ["C1", "NU", "LIM"]
+    assert S.about_gpt2(rows[4]) and not S.about_gpt2(rows[0])
+    assert S.about_gpt2(graded("F3", {c.key: 0.8 for c in claims.claim("F3").rule.criteria}, REAL))
+    assert S.model_setting("gpt2 (default) (124.4M params)") == "gpt2"
+    assert S.on_paper_model({"model": "gpt2 (default) (124.4M params)"})
+    assert not S.on_paper_model({"model": "gpt2-random (124.4M params)"})
+    assert S.short_model(REAL) == "smollm2-135m"
+
+
+def test_bottom_line_says_what_holds_on_which_model_from_the_rows():
+    rows = ledger_rows()
+    text = S.bottom_line(rows)
+    verdicts = {r["id"]: r["verdict"] for r in S.paper_rows(rows)}
+    assert text.startswith("**Bottom line.** This build graded 3 claims of the paper on SmolLM2-135M")
+    assert "not the paper's GPT-2 124M" in text
+    for cid, verdict in verdicts.items():
+        one, many = S.VERDICT_WORDS[verdict]
+        assert f"({cid})" in text
+        assert one in text or many in text
+    assert "Replayed on the stand-in" in text and "1 of 2 claims keep their verdict" in text
+    assert "C1 is corrected there (confirmed above)" in text
+    assert "LIM is a claim about GPT-2 (its wording, or the paper's measurement)" in text
+    assert S.bottom_line([]) == "No claim of the paper was graded in this build."
+
+
+def test_bottom_line_changes_with_the_ledger():
+    rows = ledger_rows()
+    rows[0] = graded("C1", {"literal_outside": 0.5, "maxkey_outside": 0.5}, REAL)      # refuted
+    text = S.bottom_line(rows)
+    assert re.search(r"\*\*3 are refuted\*\*: Softmax weights [^;]*\(C1\); Attention", text)
+    assert "C1 is corrected there (refuted above)" in text
+
+
+def test_counts_and_tables_carry_what_the_tests_of_the_site_read():
+    rows = ledger_rows()
+    paper = S.paper_rows(rows)
+    bar = S.counts_html(paper, "3 claims of the paper", "paper")
+    assert 'data-part="paper" data-total="3"' in bar
+    for verdict in claims.VERDICTS:
+        want = sum(r["verdict"] == verdict for r in paper)
+        assert f'data-verdict="{verdict}"><span class="verdict-count-number">{want}</span>' in bar
+    table = S.chapter_table_html([r for r in rows if r["chapter"] == "vanishing"], "vanishing.html")
+    assert 'data-columns="5"' in table and "with-paper" in table             # id, claim, paper, 2 models
+    assert table.count('class="verdict-cell"') == 4 and table.count("<tr>") == 3
+    assert 'href="vanishing.html#verdict"' in table
+    assert "smollm2-135m (134.5M params)" in table and "standin (2.0M params)" in table
+    gradients = S.chapter_table_html([rows[4]], None)
+    assert "about GPT-2; measured here on smollm2-135m" in gradients
+    arch = S.chapter_table_html([r for r in rows if r["chapter"] == "architectures"], None)
+    assert "models compared" in arch and 'data-columns="5"' in arch     # id, claim, paper, rope, comparison
+
+
+def test_a_second_row_of_one_claim_on_one_model_opens_a_new_line():
+    one = graded("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, REAL)
+    two = graded("C1", {"literal_outside": 0.1, "maxkey_outside": 0.1}, REAL, variant="other reading")
+    columns, lines = S.table_lines([one, two])
+    assert columns == ["smollm2-135m"] and len(lines) == 2
+
+
+def test_interval_and_inconclusive_are_shown():
+    """Issue 31's rows: an interval [low, high] beside the number, and the verdict
+    "inconclusive" (not registered yet) with its own badge and count."""
+    row = graded("NU", {"exponent": -0.85, "entropy": 0.5, "regime": 0.1}, REAL)
+    row.update(interval=[-0.95, -0.7], n=8, unit="window", verdict="inconclusive")
+    assert S.number_text(row) == "-0.850 [-0.950, -0.700]"
+    assert S.verdict_order([row])[-1] == "inconclusive"
+    cell = S.chapter_table_html([row], None)
+    assert "verdict-badge verdict-inconclusive" in cell and "-0.850 [-0.950, -0.700]" in cell
+    bar = S.counts_html([row], "1 claim", "paper")
+    assert 'data-verdict="inconclusive"><span class="verdict-count-number">1</span>' in bar
+    assert "inconclusive (its interval straddles" in S.bottom_line([row])
+    assert S.css_verdict("not reproduced") == "verdict-not-reproduced"
+
+
+def test_the_stylesheet_styles_every_verdict_badge():
+    css = (S.Path(__file__).resolve().parents[1] / "book" / "_static" / "ledger.css").read_text()
+    for verdict in (*claims.VERDICTS, "inconclusive"):
+        assert f".verdict-badge.{S.css_verdict(verdict)}" in css, verdict
+
+
+def test_graded_display_is_an_html_table_with_the_rule_in_words(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
+    row = graded("F2b", {c.key: 0.5 for c in claims.claim("F2b").rule.criteria}, REAL)
+    text = claims.Graded(row)._repr_html_()
+    width = len(re.findall(r"<th[ >]", text))
+    assert width == 5 and 'data-columns="5"' in text
+    for tr in re.findall(r"<tr>(.*?)</tr>", text)[1:]:
+        assert tr.count("<td") == width
+    assert not re.search(r"\b(all|any|none):[A-Za-z_]", text)
+    assert "\\(" in text and "np.float64" not in text
+
+
+def test_alt_text_comes_from_the_caption():
+    from normlimits.sphinx_figures import caption_text, describe_figures, first_sentence, is_pathlike
+
+    assert is_pathlike("") and is_pathlike("_images/abc123.png") and is_pathlike("0123456789abcdef0123")
+    assert not is_pathlike("Largest weight against 1/L and N")
+    assert first_sentence("True distance at N = 5 (the paper's Fig. 2a). Top: more.") == \
+        "True distance at N = 5 (the paper's Fig. 2a)."
+    caption = nodes.caption("", "", nodes.Text("Distance "), nodes.math("", r"\tilde d"), nodes.Text(" against L. More."))
+    assert caption_text(caption) == "Distance d̃ against L. More."
+    figure = nodes.figure("", nodes.image(uri="_images/x.png", alt="_images/x.png"), caption)
+    kept = nodes.figure("", nodes.image(uri="y.png", alt="A chosen description"), caption.deepcopy())
+    doc = nodes.document(None, None)
+    doc += [figure, kept]
+    assert describe_figures(None, doc, "page") == 1
+    assert figure.children[0]["alt"] == "Distance d̃ against L."
+    assert kept.children[0]["alt"] == "A chosen description"
+
+
+def test_a_downloaded_notebook_starts_by_saying_how_to_install_the_package(tmp_path):
+    from normlimits.sphinx_downloads import (ARCHIVE, INSTALL_TAG, install_note, with_install_note,
+                                             write_archive)
+
+    note = install_note("https://github.com/owner/repo", "main")
+    assert 'pip install "normlimits @ git+https://github.com/owner/repo@main"' in note
+    assert f"pip install {ARCHIVE}" in note and "make install" in note
+    assert "git+" not in install_note()
+    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "source": "import normlimits"}]}
+    with_install_note(with_install_note(notebook, note), note)
+    assert [c["cell_type"] for c in notebook["cells"]] == ["markdown", "code"]
+    assert notebook["cells"][0]["metadata"]["tags"] == [INSTALL_TAG]
+    root = S.Path(__file__).resolve().parents[1]
+    archive = write_archive(root, tmp_path / ARCHIVE)
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert "normlimits/pyproject.toml" in names and "normlimits/src/normlimits/markup.py" in names
+    assert not any("__pycache__" in n for n in names)
