@@ -149,7 +149,11 @@ def _load(path: Path, ids: Tensor, device: torch.device) -> WindowCapture | None
                       "that window again and replacing the file.", stacklevel=3)
         return None
     try:
-        tensors = {name: t.to(device) for name, t in load(data).items()}
+        # copied into memory of torch's own allocator (64-byte aligned), as a fresh capture is:
+        # safetensors' tensors lie in the file's bytes at 16-byte offsets that vary from load to
+        # load, and some CPU kernels' last bits depend on alignment (measured: a [7, 33] @ [33, 5]
+        # product), so a reused window would not always give the bits of a computed one
+        tensors = {name: t.to(device, copy=True) for name, t in load(data).items()}
         capture = WindowCapture(**{name: tensors[name] for name in FIELDS})
         same = torch.equal(tensors["ids"].to(ids.device), ids)
         shapes = capture.queries.shape[-2] == len(ids) == capture.hidden.shape[-2]
