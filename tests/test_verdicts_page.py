@@ -174,3 +174,14 @@ def test_a_downloaded_notebook_starts_by_saying_how_to_install_the_package(tmp_p
         names = tar.getnames()
     assert "normlimits/pyproject.toml" in names and "normlimits/src/normlimits/markup.py" in names
     assert not any("__pycache__" in n for n in names)
+
+
+def test_a_model_the_chapter_describes_itself_is_named_whole_in_the_bottom_line():
+    """A row whose model is no model setting (the temperature runs: a byte-level GPT-2 trained
+    per temperature) is named by its whole label, not by its first word ("byte-level")."""
+    runs = "byte-level GPT-2, 2 layers x 4 heads x 128 (0.45M params), 3 seeds per T"
+    rows = ledger_rows() + [graded("TR", {c.key: 0.5 for c in claims.claim("TR").rule.criteria}, runs)]
+    text = S.bottom_line(rows)
+    assert "byte-level GPT-2, 2 layers x 4 heads x 128, 3 seeds per T (1 of them)" in text
+    assert "SmolLM2-135M, a real pretrained model of GPT-2's size (not the paper's GPT-2 124M) (3 of them)" in text
+    assert S.model_words(STANDIN).startswith("the stand-in") and S.model_words(runs).startswith("byte-level GPT-2,")

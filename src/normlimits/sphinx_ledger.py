@@ -180,9 +180,11 @@ def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def model_words(setting: str) -> str:
-    """A model setting in words (:data:`MODEL_WORDS`), else the setting itself."""
-    return MODEL_WORDS.get(setting, setting)
+def model_words(label: str) -> str:
+    """A row's model label in words: the words of its model setting (:data:`MODEL_WORDS`), else
+    the whole label without its parameter count (a model the chapter describes itself, e.g. the
+    temperature runs' ``byte-level GPT-2, 2 layers x 4 heads x 128, 3 seeds per T``)."""
+    return MODEL_WORDS.get(model_setting(label), short_model(label))
 
 
 def bottom_line(rows: list[dict]) -> str:
@@ -194,8 +196,8 @@ def bottom_line(rows: list[dict]) -> str:
     paper = paper_rows(rows)
     if not paper:
         return "No claim of the paper was graded in this build."
-    by_model = Counter(model_setting(r["model"]) for r in paper)
-    where = _join([f"{model_words(m)}" + (f" ({n} of them)" if len(by_model) > 1 else "")
+    by_model = Counter(model_words(r["model"]) for r in paper)
+    where = _join([m + (f" ({n} of them)" if len(by_model) > 1 else "")
                    for m, n in by_model.most_common()])
     parts = [f"**Bottom line.** This build graded {len(paper)} claims of the paper on {where}."]
     counts = Counter(r["verdict"] for r in paper)
@@ -213,7 +215,7 @@ def bottom_line(rows: list[dict]) -> str:
         if not replayed:
             continue
         differ = [r for r in replayed if r["verdict"] != own[r["id"]]["verdict"]]
-        text = (f"Replayed on {model_words(setting)} by the same rules, "
+        text = (f"Replayed on {model_words(replayed[0]['model'])} by the same rules, "
                 f"{len(replayed) - len(differ)} of {len(replayed)} claims keep their verdict")
         if differ:
             text += "; " + "; ".join(f"{r['id']} is {r['verdict']} there ({own[r['id']]['verdict']} above)"
