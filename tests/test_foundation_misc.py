@@ -147,3 +147,23 @@ def test_public_text_hides_a_cache_folder_set_by_its_setting(tmp_path, monkeypat
     assert public_text(line) == "trained here (cache $NORMLIMITS_CACHE/standin/53f8b89e8e6b97f1); home ~/x"
     monkeypatch.delenv("NORMLIMITS_CACHE")
     assert str(cache_folder) in public_text(line)
+
+
+def test_glue_all_glues_python_numbers_and_returns_nothing_to_print(monkeypatch):
+    """A cell ending with glue_all shows nothing: the returned dictionary used to print on the
+    page as a raw repr (np.float64(...), tensor(...)), which the site test now refuses."""
+    import numpy as np
+    import torch
+
+    from normlimits import book
+
+    glued = {}
+    monkeypatch.setattr(book, "_glue", lambda name, value: glued.__setitem__(name, value))
+    assert book.glue_all({"a": np.float64(0.5), "b": torch.tensor(2.0, dtype=torch.float64),
+                          "c": "words", "d": 3}) is None
+    assert glued == {"a": 0.5, "b": 2.0, "c": "words", "d": 3}
+    assert type(glued["a"]) is float and type(glued["b"]) is float
+    import pytest
+
+    with pytest.raises(TypeError, match="glue_all: 'e' is a bool"):
+        book.glue_all({"e": True})

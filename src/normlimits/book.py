@@ -332,9 +332,10 @@ def _glue(name: str, value) -> None:
     glue(name, value, display=False)
 
 
-def glue_all(values: dict) -> dict:
+def glue_all(values: dict) -> None:
     """Glue every ``name: value`` for the prose; numpy and torch scalars become Python numbers (so
-    numpy 2's repr does not leak into the text), strings stay strings; returns ``values``."""
+    numpy 2's repr does not leak into the text), strings stay strings. Returns None, so a cell that
+    ends with it shows nothing (a returned dictionary was printed as a raw repr on the pages)."""
     for name, value in values.items():
         if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
             value = value.item()
@@ -342,4 +343,3 @@ def glue_all(values: dict) -> dict:
             raise TypeError(f"glue_all: {name!r} is a {type(value).__name__}; glue numbers or "
                             "strings (format booleans and lists into words first)")
         _glue(name, value)
-    return values
