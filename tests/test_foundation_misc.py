@@ -153,7 +153,6 @@ def test_glue_all_glues_python_numbers_and_returns_nothing_to_print(monkeypatch)
     """A cell ending with glue_all shows nothing: the returned dictionary used to print on the
     page as a raw repr (np.float64(...), tensor(...)), which the site test now refuses."""
     import numpy as np
-    import torch
 
     from normlimits import book
 
@@ -163,7 +162,5 @@ def test_glue_all_glues_python_numbers_and_returns_nothing_to_print(monkeypatch)
                           "c": "words", "d": 3}) is None
     assert glued == {"a": 0.5, "b": 2.0, "c": "words", "d": 3}
     assert type(glued["a"]) is float and type(glued["b"]) is float
-    import pytest
-
     with pytest.raises(TypeError, match="glue_all: 'e' is a bool"):
         book.glue_all({"e": True})

@@ -27,7 +27,7 @@ import torch
 from . import glued
 from .corpus import Corpus, load_corpus
 from .models import LoadedModel, load_model
-from .settings import CACHE_ENV, configure_torch, window_count
+from .settings import CACHE_ENV, MODEL_ENV, configure_torch, window_count
 
 
 @dataclass
@@ -183,9 +183,6 @@ def model_summary(loaded: LoadedModel) -> str:
 def why_this_model(loaded: LoadedModel) -> str:
     """One line on why the chapter runs on this model: the setting that chose it, or why the
     unset setting fell back to it."""
-    from .settings import MODEL_ENV
-    import os
-
     setting = os.environ.get(MODEL_ENV, "").strip()
     if setting:
         return f"Chosen by the setting {MODEL_ENV}={setting}."
@@ -234,8 +231,6 @@ SHOWN_SETTINGS = ("NORMLIMITS_MODEL", "NORMLIMITS_WINDOWS", "NORMLIMITS_THREADS"
 def settings_line(environ=None) -> str:
     """The book's settings of this build in one sentence: the value of each of
     :data:`SHOWN_SETTINGS` that is set, "set" for the other ``NORMLIMITS_*`` variables (paths)."""
-    import os
-
     environ = os.environ if environ is None else environ
     names = sorted(k for k in environ if k.startswith("NORMLIMITS_"))
     if not names:

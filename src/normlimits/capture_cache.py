@@ -150,9 +150,10 @@ def _load(path: Path, ids: Tensor, device: torch.device) -> WindowCapture | None
         return None
     try:
         # copied into memory of torch's own allocator (64-byte aligned), as a fresh capture is:
-        # safetensors' tensors lie in the file's bytes at 16-byte offsets that vary from load to
-        # load, and some CPU kernels' last bits depend on alignment (measured: a [7, 33] @ [33, 5]
-        # product), so a reused window would not always give the bits of a computed one
+        # safetensors' tensors lie in the loaded bytes at offsets that vary from load to load
+        # (16 or 48 mod 64, measured), and some CPU kernels' last bits depend on alignment
+        # (measured: a float64 batched product x @ x.mT of shape [3, 17, 9], at 8 of 15 offsets),
+        # so a reused window would not always give the bits of a computed one
         tensors = {name: t.to(device, copy=True) for name, t in load(data).items()}
         capture = WindowCapture(**{name: tensors[name] for name in FIELDS})
         same = torch.equal(tensors["ids"].to(ids.device), ids)

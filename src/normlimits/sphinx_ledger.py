@@ -61,7 +61,8 @@ VERDICT_WORDS = {
     "inconclusive": ("is inconclusive (its interval straddles the rule's threshold)",
                      "are inconclusive (their intervals straddle the rules' thresholds)"),
 }
-#: a model setting in words, for the bottom line (anything else is named by its setting)
+#: a model setting in words, for the bottom line (a model of no known setting is named by its
+#: whole label: :func:`model_words`)
 MODEL_WORDS = {
     "gpt2": "GPT-2 124M, the paper's model",
     "smollm2-135m": "SmolLM2-135M, a real pretrained model of GPT-2's size (not the paper's GPT-2 124M)",
@@ -210,12 +211,12 @@ def bottom_line(rows: list[dict]) -> str:
         parts.append(f"**{counts[verdict]} {one if counts[verdict] == 1 else many}**: {items}.")
     controls = [r for r in rows if part_of(r) == "control"]
     own = {r["id"]: r for r in paper}
-    for setting in dict.fromkeys(model_setting(r["model"]) for r in controls):
-        replayed = [r for r in controls if model_setting(r["model"]) == setting and r["id"] in own]
+    for words in dict.fromkeys(model_words(r["model"]) for r in controls):
+        replayed = [r for r in controls if model_words(r["model"]) == words and r["id"] in own]
         if not replayed:
             continue
         differ = [r for r in replayed if r["verdict"] != own[r["id"]]["verdict"]]
-        text = (f"Replayed on {model_words(replayed[0]['model'])} by the same rules, "
+        text = (f"Replayed on {words} by the same rules, "
                 f"{len(replayed) - len(differ)} of {len(replayed)} claims keep their verdict")
         if differ:
             text += "; " + "; ".join(f"{r['id']} is {r['verdict']} there ({own[r['id']]['verdict']} above)"
