@@ -164,3 +164,30 @@ def test_glue_all_glues_python_numbers_and_returns_nothing_to_print(monkeypatch)
     assert type(glued["a"]) is float and type(glued["b"]) is float
     with pytest.raises(TypeError, match="glue_all: 'e' is a bool"):
         book.glue_all({"e": True})
+
+
+def test_checkout_root_is_the_repository_and_the_tools_use_it():
+    """The bench's output and the planted faults find the repository through one function."""
+    from pathlib import Path
+
+    from normlimits import bench, faults
+    from normlimits.settings import checkout_root
+
+    root = checkout_root()
+    assert root is not None and (root / "pyproject.toml").is_file() and (root / "src" / "normlimits").is_dir()
+    assert bench.default_output() == root / "_build" / "bench.json"
+    assert faults.ROOT == root and faults.FAULTS_FILE == root / "tools" / "faults.toml"
+    assert Path(__file__).resolve().parents[1] == root
+
+
+def test_registry_refuses_a_missing_chapter_module(monkeypatch):
+    """A chapter listed in CHAPTER_MODULES whose module is missing is an error, not a chapter
+    silently left out of the registry."""
+    import pytest
+
+    from normlimits import claims
+
+    monkeypatch.setattr(claims, "CHAPTER_MODULES", claims.CHAPTER_MODULES + ("no_such_chapter",))
+    with pytest.raises(ModuleNotFoundError, match="no_such_chapter"):
+        claims._collect()
+    assert "no_such_chapter" not in {c.chapter for c in claims.REGISTRY.values()}

@@ -75,6 +75,7 @@ from torch import Tensor
 from . import protocol
 from .protocol import PAPER_TABLE1, half_octave_grid
 from .separability import SPACED_ROW_COUNT, spaced_rows
+from .settings import checkout_root
 
 __all__ = [
     "PAPER_TABLE1",
@@ -633,10 +634,7 @@ def bench_rows(lockstep: Lockstep, workloads: Sequence[Workload], *, loaded, win
 def default_output() -> Path:
     """``_build/bench.json`` at the project's root (the folder holding ``pyproject.toml``), or
     under the current directory when the package is not run from a checkout."""
-    root = Path(__file__).resolve().parents[2]
-    if not (root / "pyproject.toml").is_file():
-        root = Path.cwd()
-    return root / "_build" / "bench.json"
+    return (checkout_root() or Path.cwd()) / "_build" / "bench.json"
 
 
 def write_rows(rows: list[dict], path: Path | str | None = None) -> Path:

@@ -38,7 +38,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-ROOT = Path(__file__).resolve().parents[2]
+from .settings import checkout_root
+
+#: the repository (faults edit a copy of its src/ and run its tests); for an installed copy, the current folder
+ROOT = checkout_root() or Path.cwd()
 FAULTS_FILE = ROOT / "tools" / "faults.toml"
 DEFAULT_JSON = ROOT / "_build" / "faults.json"
 #: cache sub-folders copied into each run's private cache (never linked: a fault must not write there)

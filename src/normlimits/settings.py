@@ -36,6 +36,15 @@ class SettingError(ValueError):
     """A setting has a value the project cannot use; the message names the setting and the remedy."""
 
 
+def checkout_root() -> Path | None:
+    """The repository checkout this package runs from (the folder holding ``pyproject.toml`` two
+    levels above the package, as in ``src/normlimits``), or None for an installed copy. The
+    development tools (bench output, planted faults) find the repository here; chapters find the
+    book from their working folder instead (:func:`normlimits.ledger.book_root`)."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
 def cache_dir() -> Path:
     """The cache folder (created if missing and the parent is writable).
 

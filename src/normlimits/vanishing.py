@@ -336,16 +336,6 @@ def stack_statistics(parts: Iterable[RowStatistics]) -> RowStatistics:
     return replace(first, **values)
 
 
-def sweep_windows(loaded, windows: Tensor, lengths, temperature: float = 1.0) -> RowStatistics:
-    """Length sweep over corpus windows [W, K]: one forward pass per window, streamed.
-
-    Returns statistics with leading dims [W, layers, heads].
-    """
-    from normlimits.capture import iter_captures
-
-    return sweep_captures(iter_captures(loaded, windows), lengths, temperature)[0]
-
-
 def sweep_captures(captures: Iterable, lengths, temperature: float = 1.0
                    ) -> tuple[RowStatistics, float]:
     """Length sweep over window captures, with a parity check on the first window.
