@@ -296,6 +296,11 @@ def test_critical_n_equals_critical_n_search(captures):
     f2c = next(r for r in got.rows if r["id"] == "F2c")
     last = search.critical[0.01][-1]
     assert f2c["value"] == (1.0 if last is None else last / LENGTH)
+    for row in got.rows:       # the one policy: the own row on the primary reading, said so
+        assert yardsticks.POLICY in row["measured"] and "selection" not in row
+        assert [e["primary"] for e in row["readings"]] == [True]
+        assert row["readings"][0]["reading"] == row["reading"]
+        assert row["readings"][0]["verdict"] == row["verdict"]
 
 
 def test_last_row_critical_n_equals_the_bench_workload(captures):
@@ -313,6 +318,7 @@ def test_last_row_critical_n_equals_the_bench_workload(captures):
     for a, b in zip(got.result["row"].search.tests, search.tests):
         np.testing.assert_allclose(a.pvalue, b.pvalue, rtol=1e-12, atol=0)
     assert all("bench's protocol" in r["measured"] for r in got.rows)
+    assert all(not e["primary"] for r in got.rows for e in r["readings"])
     with pytest.raises(ValueError, match="critical_protocol='every'"):
         yardsticks.AuditConfig(length=LENGTH, critical_protocol="every")
 

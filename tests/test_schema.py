@@ -157,7 +157,7 @@ def test_a_1_0_ledger_stays_valid_and_1_1_adds_only_the_optional_paper_value(led
     """1.1 added one optional row field (``paper_value``, what the paper reports): a 1.0 file
     without it still validates against 1.0, the same field is refused under 1.0 (its objects are
     closed), and a 1.1 row may omit it."""
-    assert schema.versions()[:2] == ["1.0", "1.1"] and schema.SCHEMA_VERSION == "1.1"
+    assert schema.versions()[:2] == ["1.0", "1.1"]
     assert all("paper_value" in row for row in ledger_doc["rows"])
     old = copy.deepcopy(ledger_doc)
     old["schema_version"] = "1.0"
@@ -169,3 +169,36 @@ def test_a_1_0_ledger_stays_valid_and_1_1_adds_only_the_optional_paper_value(led
     new = copy.deepcopy(ledger_doc)
     new["rows"][0].pop("paper_value")
     assert schema.problems(new, "ledger") == []
+
+
+def _reading_row() -> dict:
+    """An F2a row with the 1.2 fields: its verdict under two readings, and a chosen-reading
+    variant's selection."""
+    values = {"exp_true": 1.0, "exp_expected": 1.0, "close": 1.03, "paper_model": 0}
+    readings = [{"reading": "scaled", "values": {**values, "close": 32.2},
+                 "verdict": "not reproduced", "primary": True},
+                {"reading": "raw", "values": values, "verdict": "confirmed", "primary": False}]
+    return claims.make_row("F2a", values, "x", chapter="distances", model="m", reading="raw",
+                           readings=readings, variant="chosen reading",
+                           selection={"tried": 2, "reproducing": ["raw"]})
+
+
+def test_1_2_adds_only_the_optional_readings_and_selection(ledger_doc):
+    """1.2 added two optional row fields (issue 31's one policy for readings): a 1.1 file stays
+    valid under 1.1, the new fields are refused there (closed objects), and a 1.2 row may omit
+    them."""
+    assert schema.versions()[:3] == ["1.0", "1.1", "1.2"] and schema.SCHEMA_VERSION == "1.2"
+    old = copy.deepcopy(ledger_doc)
+    old["schema_version"] = "1.1"
+    assert schema.problems(old, "ledger") == []
+    new = {**copy.deepcopy(ledger_doc), "rows": [_reading_row()]}
+    assert schema.problems(new, "ledger") == []
+    old["rows"] = [_reading_row()]
+    found = schema.problems(old, "ledger")
+    assert any("readings" in p for p in found) and any("selection" in p for p in found)
+    bad = copy.deepcopy(new)
+    bad["rows"][0]["readings"][0]["verdict"] = "probably"
+    assert any(p.startswith("rows[0].readings[0].verdict") for p in schema.problems(bad, "ledger"))
+    bad = copy.deepcopy(new)
+    bad["rows"][0]["selection"]["tried"] = 0
+    assert any(p.startswith("rows[0].selection.tried") for p in schema.problems(bad, "ledger"))

@@ -39,9 +39,10 @@ def honesty_line(model: Mapping) -> str:
     if not model["is_paper_model"]:
         return ("Not the paper's model: a figure of GPT-2 124M that does not come out here is "
                 "\"not reproduced\", never \"refuted\".")
-    return ("On the paper's model, the book's verdict on Figure 2 (F2a, F2c) weighs every "
-            "reading of Eq. (7) it tries; the audit tries only the primary one, so its "
-            "\"refuted\" there means \"not under the primary reading\".")
+    return ("On the paper's model, the book's verdict on Figure 2 (F2a, F2c) rests on the primary "
+            "reading of Eq. (7), as the audit's does; the book also tries other readings and shows "
+            "one that reproduces as a labelled variant (\"chosen reading\"). The audit tries only "
+            "the primary one, so its \"refuted\" there means \"not under the primary reading\".")
 
 
 def criterion_test(c: Mapping) -> str:

@@ -121,7 +121,10 @@ def column_names(paths: Sequence[Path]) -> list[str]:
 
 # ------------------------------------------------------------------------------ the shared tables
 def _row(doc: Mapping, claim_id: str) -> dict | None:
-    return next((r for r in doc["rows"] if r["id"] == claim_id), None)
+    """The claim's own row in ``doc``: the first of its id that is not graded on a chosen reading
+    (a row with ``selection``; :mod:`normlimits.reading_table`'s policy: verdicts are compared on
+    the primary reading everywhere)."""
+    return next((r for r in doc["rows"] if r["id"] == claim_id and not r.get("selection")), None)
 
 
 def _criterion(doc: Mapping, claim_id: str, key: str):

@@ -5,7 +5,9 @@ claim's registered rule; each chapter's rows go to ``<ledger dir>/<chapter>.json
 ``_build/ledger`` under the book's root, or ``NORMLIMITS_LEDGER_DIR``). The book's Sphinx
 extension (:mod:`normlimits.sphinx_ledger`) reads the same folder, builds the Verdicts page and
 writes the merged ``_build/ledger.json`` (:func:`ledger_document`: ``schema_version``, ``tool`` and
-``rows``, validated against the ``ledger`` schema of :mod:`normlimits.schema`).
+``rows``, validated against the ``ledger`` schema of :mod:`normlimits.schema`, and checked by
+:func:`inconsistent`: two rows of one claim on one model must agree unless one is a labelled
+chosen-reading variant).
 
 A row is valid only if its verdict is what its own recorded criteria, values and outcomes give
 (:func:`normlimits.claims.regrade`): no row can carry a verdict its rule does not produce.
@@ -94,7 +96,101 @@ def validate_row(row: dict) -> dict:
                          f"its recorded rule and values, which give {again!r}")
     if row["verdict"] == "not testable" and not str(row.get("reason", "")).strip():
         raise ValueError(f"ledger row {row['id']!r} is not testable but gives no reason")
+    _check_readings(row)
+    _check_selection(row)
     return row
+
+
+def _check_readings(row: dict) -> None:
+    """Each entry of a row's ``readings`` must carry the verdict the row's own rule gives its
+    values, and a row without ``selection`` must rest on the entry marked primary (if any)."""
+    from .claims.rules import Rule
+
+    found = row.get("readings") or []
+    rule = Rule.from_row(row) if found else None
+    for entry in found:
+        again = rule.grade(entry["values"])
+        if again != entry["verdict"]:
+            raise ValueError(f"ledger row {row['id']!r}: under reading {entry['reading']!r} the "
+                             f"verdict {entry['verdict']!r} does not follow from its values, which "
+                             f"give {again!r}; build the entries with reading_table.reading_grades")
+    primary = [e["reading"] for e in found if e.get("primary")]
+    if len(primary) > 1:
+        raise ValueError(f"ledger row {row['id']!r}: {len(primary)} readings are marked primary; "
+                         "mark only the book's primary reading")
+    if primary and not row.get("selection") and row.get("reading") != primary[0]:
+        raise ValueError(f"ledger row {row['id']!r}{_variant_words(row)} is graded on "
+                         f"{row.get('reading')!r}, not on the primary reading {primary[0]!r}: a "
+                         "claim's own row is graded on the book's primary reading; record a reading "
+                         "chosen among several as a variant with a selection (reading_table.gradings)")
+
+
+def _check_selection(row: dict) -> None:
+    """A row graded on a chosen reading (``selection``) is a labelled variant resting on the first
+    reproducing reading, which its ``readings`` (if any) list."""
+    sel = row.get("selection")
+    if not sel:
+        return
+    if not str(row.get("variant", "")).strip():
+        raise ValueError(f"ledger row {row['id']!r} rests on a reading chosen among {sel['tried']} "
+                         "but names no variant: label it (e.g. variant='chosen reading') so it "
+                         "cannot be read as the claim's own verdict")
+    if not sel["reproducing"] or row.get("reading") != sel["reproducing"][0]:
+        raise ValueError(f"ledger row {row['id']!r} ({row.get('variant')}): its reading "
+                         f"{row.get('reading')!r} is not the first reproducing reading of its "
+                         f"selection {sel['reproducing']}")
+    if not 1 <= len(sel["reproducing"]) <= sel["tried"]:
+        raise ValueError(f"ledger row {row['id']!r} ({row.get('variant')}): {len(sel['reproducing'])} "
+                         f"reproducing readings out of {sel['tried']} tried")
+    listed = {e["reading"] for e in row.get("readings") or []}
+    if listed and not set(sel["reproducing"]) <= listed:
+        raise ValueError(f"ledger row {row['id']!r} ({row.get('variant')}): reproducing readings "
+                         f"{sorted(set(sel['reproducing']) - listed)} are not among its readings")
+
+
+def _variant_words(row: dict) -> str:
+    return f" ({row['variant']})" if row.get("variant") else ""
+
+
+def row_words(row: dict) -> str:
+    """A row named for an error message: chapter, id, variant, model, verdict and reading."""
+    reading = f" under {row['reading']!r}" if row.get("reading") else ""
+    return (f"{row['chapter']}:{row['id']}{_variant_words(row) or ' (no variant)'} on "
+            f"{row['model']!r}: {row['verdict']}{reading}")
+
+
+def inconsistent(rows: list[dict]) -> list[str]:
+    """Every pair of rows of one claim on one model (same ``id``, same ``model``) whose verdicts
+    disagree without a label saying why, as a sentence naming both rows and the remedy.
+
+    Rows of one claim on one model, wherever recorded (its chapter, the architectures chapter's
+    per-model rows, a replay), are the claim's verdict on that model and must agree, unless one is
+    a labelled variant graded on a chosen reading (``selection`` and ``variant``, written by
+    :func:`normlimits.reading_table.gradings`), which is shown apart from the claim's own verdict.
+    A model's name in ``variant`` (the architectures chapter's label) does not say why two gradings
+    of the same measurement differ, so it does not count as such a label."""
+    found, first = [], {}
+    for row in rows:
+        if row.get("selection"):
+            continue
+        key = (row["id"], row["model"])
+        if key not in first:
+            first[key] = row
+        elif first[key]["verdict"] != row["verdict"]:
+            found.append(f"{row_words(first[key])} and {row_words(row)} disagree: grade both on "
+                         "the book's primary reading (the same policy everywhere), or record the "
+                         "other grading as a labelled variant with a selection "
+                         "(normlimits.reading_table.gradings)")
+    return found
+
+
+def check_consistent(rows: list[dict]) -> list[dict]:
+    """``rows`` if :func:`inconsistent` finds nothing, else ValueError listing every pair."""
+    found = inconsistent(rows)
+    if found:
+        raise ValueError("the ledger grades a claim twice on one model with different verdicts: "
+                         + "; ".join(found))
+    return rows
 
 
 def write_row(row: dict) -> dict:
@@ -139,7 +235,7 @@ def ledger_document(rows: list[dict]) -> dict:
     from .schema import SCHEMA_VERSION, validate
 
     doc = {"schema_version": SCHEMA_VERSION, "tool": LEDGER_TOOL,
-           "rows": [validate_row(r) for r in rows]}
+           "rows": check_consistent([validate_row(r) for r in rows])}
     return validate(doc, "ledger", source="the merged ledger")
 
 

@@ -12,7 +12,15 @@ in L of both (Fig. 2a's "linear"), and the KS critical N at every length (Fig. 2
 critical N/L at the longest L and its spread over the lengths.
 
 :func:`choose` picks, for a claim, the first reading of the table (the book's primary reading
-first) under which the claim's registered criteria hold; the verdict then names that reading.
+first) under which the claim's registered criteria hold.
+
+One policy for the verdicts that rest on a reading (issue 31), applied by the chapter, the audit
+and the architectures chapter alike: :func:`gradings` gives the claim's own row, always graded on
+the book's primary reading (the table's first row), and, only when another reading reproduces the
+figure and the primary does not, a second row labelled :data:`CHOSEN_VARIANT` whose ``selection``
+and text say "reproduces under j of k readings tried: ..." (choosing among k readings is a multiple
+comparison, so that verdict is shown apart and never counted as the claim's). Both rows carry
+``readings`` (:func:`reading_grades`): the verdict and values under every reading tried.
 """
 
 from __future__ import annotations
@@ -30,7 +38,11 @@ from .readings import FORMS, VECTORS
 from .token_means import PositionStudy
 
 __all__ = ["FORM_LABELS", "VECTOR_LABELS", "Reading", "readings_tried", "ReadingRow",
-           "reading_rows", "table_frame", "reproducing", "choose", "claim_values"]
+           "reading_rows", "table_frame", "reproducing", "choose", "claim_values", "CHOSEN_VARIANT",
+           "reading_grades", "Grading", "gradings", "measured_words", "chosen_words"]
+
+#: the ledger variant of a claim graded on a reading chosen because it reproduces the figure
+CHOSEN_VARIANT = "chosen reading"
 
 FORM_LABELS = {"scaled": "Σ‖αᵢxᵢ − s‖", "raw": "Σ‖xᵢ − s‖", "weighted": "Σαᵢ‖xᵢ − s‖",
                "norm_of_sum": "‖Σαᵢxᵢ − s‖"}
@@ -173,6 +185,118 @@ def choose(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool) -> Read
         raise ValueError("no reading rows to choose from")
     found = reproducing(rows, claim_id, paper_model)
     return found[0] if found else rows[0]
+
+
+def _json_number(value):
+    """A value for JSON: a float, or None for a missing one (None or NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
+def reading_grades(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool) -> list[dict]:
+    """The claim graded by its registered rule under each reading of ``rows`` (the table, primary
+    first): ``[{"reading": label, "values": {criterion key: value or None}, "verdict",
+    "primary": bool}]``, one per row, the ledger's ``readings`` field. ``primary`` marks the
+    book's primary reading (:func:`readings_tried`'s first) wherever it is in ``rows``."""
+    from .claims import claim
+
+    rule, primary = claim(claim_id).rule, readings_tried()[0]
+    out = []
+    for row in rows:
+        values = {k: _json_number(v) for k, v in claim_values(row, claim_id, paper_model).items()}
+        out.append({"reading": row.reading.label, "values": values, "verdict": rule.grade(values),
+                    "primary": row.reading == primary})
+    return out
+
+
+def measured_words(row: ReadingRow, claim_id: str, paper_model: bool) -> str:
+    """The numbers of one reading a claim is graded on, in a phrase: for F2a the exponents and
+    true/𝔼 at N = 5 and the longest L; for F2c the critical N/L at the longest L and its spread."""
+    v = claim_values(row, claim_id, paper_model)
+    if claim_id == "F2a":
+        return (f"exponents true {v['exp_true']:.2f}, E {v['exp_expected']:.2f}; true/E "
+                f"{v['close']:.3g} at N = {row.n}, L = {row.length}")
+    return (f"critical N/L {v['fraction']:.3f} at L = {row.length} (1: none below L); spread "
+            f"{v['spread']:.2f} over the lengths")
+
+
+@dataclass(frozen=True)
+class Grading:
+    """One ledger row to record for a claim graded on the reading table (the keyword arguments of
+    :func:`normlimits.claims.record` / ``make_row``): ``values`` one per criterion key,
+    ``measured`` the text, ``reading`` the label it rests on, ``variant`` None for the claim's own
+    row or :data:`CHOSEN_VARIANT`, ``readings`` (:func:`reading_grades`) and ``selection`` (None,
+    or ``{"tried": k, "reproducing": [labels]}``)."""
+
+    values: dict
+    measured: str
+    reading: str
+    readings: list
+    variant: str | None = None
+    selection: dict | None = None
+
+    def kwargs(self) -> dict:
+        """The arguments of ``claims.record``/``make_row`` after the claim id."""
+        return {"values": self.values, "measured": self.measured, "reading": self.reading,
+                "readings": self.readings, "variant": self.variant, "selection": self.selection}
+
+
+def _tally(found: Sequence[ReadingRow], tried: int) -> str:
+    """How many of the ``tried`` readings reproduce the figure, naming them."""
+    if tried == 1:
+        return f"{'reproduces' if found else 'does not reproduce'} the figure under the only reading tried"
+    if not found:
+        return f"reproduces under none of the {tried} readings tried"
+    return (f"reproduces under {len(found)} of {tried} readings tried: "
+            + "; ".join(r.reading.label for r in found))
+
+
+def gradings(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool,
+             words=measured_words, note: str = "") -> list[Grading]:
+    """The rows to record for ``claim_id`` (``F2a`` or ``F2c``) from the reading table ``rows``
+    (primary first), by the one policy of this module: first the claim's own row, graded on
+    ``rows[0]`` (the book's primary reading); then, when some other reading reproduces the figure
+    and the primary does not, the :data:`CHOSEN_VARIANT` row graded on the first that does, its
+    ``selection`` and text naming all j of the k tried. ``words(row, claim_id, paper_model)``
+    phrases one reading's numbers; ``note`` is appended to the own row's text (e.g. the audit's
+    "only the primary reading was tried")."""
+    if not rows:
+        raise ValueError(f"claim {claim_id}: no reading rows to grade on")
+    grades = reading_grades(rows, claim_id, paper_model)
+    found = reproducing(rows, claim_id, paper_model)
+    primary = rows[0]
+    which = ("the book's primary reading" if primary.reading == readings_tried()[0]
+             else primary.reading.label)
+    text = (f"{words(primary, claim_id, paper_model)} under {which}; "
+            f"{_tally(found, len(rows))}" + (f"; {note}" if note else ""))
+    own = Grading(claim_values(primary, claim_id, paper_model), text, primary.reading.label, grades)
+    if not found or found[0] is primary:
+        return [own]
+    chosen = found[0]
+    labels = [r.reading.label for r in found]
+    text = (f"{_tally(found, len(rows))}; graded on the first, {chosen.reading.label}: "
+            f"{words(chosen, claim_id, paper_model)} (a reading chosen after trying {len(rows)}, "
+            "shown apart from the claim's own verdict)")
+    return [own, Grading(claim_values(chosen, claim_id, paper_model), text, chosen.reading.label,
+                         grades, CHOSEN_VARIANT, {"tried": len(rows), "reproducing": labels})]
+
+
+def chosen_words(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool) -> str:
+    """For a chapter's prose (plain text, for a ``glue:text`` role): the :data:`CHOSEN_VARIANT`
+    row of ``claim_id`` in a phrase, or why :func:`gradings` records none (the primary reading
+    reproduces the panel, or no reading tried does)."""
+    found = reproducing(rows, claim_id, paper_model)
+    if not found:
+        return f"no reading is chosen: {claim_id} {_tally(found, len(rows))}"
+    if found[0] is rows[0]:
+        return f"no reading is chosen: the primary reading reproduces the panel ({_tally(found, len(rows))})"
+    from .claims import claim
+
+    verdict = claim(claim_id).rule.grade(claim_values(found[0], claim_id, paper_model))
+    return (f"the row labelled \"{CHOSEN_VARIANT}\" is {verdict} under {found[0].reading.label}: the "
+            f"claim {_tally(found, len(rows))}, a verdict chosen after trying {len(rows)} readings, "
+            "counted apart from the claim's own")
 
 
 def _fmt_fraction(value) -> str:

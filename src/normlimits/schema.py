@@ -23,6 +23,9 @@ Every object of the schemas is closed (``additionalProperties: false``), so a fi
 a new schema version is refused by the tests, never slipped in silently. For example, issue 31's
 per-row ``interval`` ([low, high]), ``n`` and resampling ``unit`` are optional fields (1.1 on their
 own), and its new verdict ``inconclusive`` is a new value in the verdict list: together, 2.0.
+1.2 added two optional row fields (issue 31, one policy for readings): ``readings`` (the claim's
+verdict and values under each reading of Eq. (7) tried) and ``selection`` (on a row whose reading
+was chosen among several: how many were tried and which reproduce).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ __all__ = ["SCHEMA_VERSION", "DOCUMENTS", "SchemaError", "schema_root", "version
            "problems", "validate", "read_document"]
 
 #: the version every file is written with now
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 #: the documents with a schema (``<name>.schema.json``); ``row`` is their shared row format
 DOCUMENTS = ("audit", "ledger", "compare")
 ROW = "row"

@@ -40,7 +40,7 @@ from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
 from . import ledger
-from .claims import CHAPTER_MODULES, VERDICTS, Criterion
+from .claims import CHAPTER_MODULES, VERDICTS, Criterion, readings_words
 from .markup import html_table, inline_html, significant, with_interval
 
 logger = logging.getLogger(__name__)
@@ -107,12 +107,17 @@ def home(row: dict) -> str:
 
 def part_of(row: dict) -> str:
     """Where a row belongs: ``paper`` (a claim of the paper, graded by its own chapter on the
-    chapter's model), ``control`` (the same claim replayed on a control model: a variant), or
-    the chapter of the book's own question (``alternatives``, ``architectures``)."""
+    chapter's model), ``chosen`` (the same claim on the same model graded on a reading chosen
+    among several because it reproduces the figure: a labelled variant with a ``selection``, shown
+    beside the claim's own row and counted apart, never as the claim's verdict), ``control`` (the
+    same claim replayed on a control model: a variant), or the chapter of the book's own question
+    (``alternatives``, ``architectures``)."""
     if row["chapter"] in BEYOND_PAPER:
         return row["chapter"]
     if home(row) in BEYOND_PAPER:
         return home(row)
+    if row.get("selection"):
+        return "chosen"
     return "control" if row.get("variant") else "paper"
 
 
@@ -254,7 +259,8 @@ def _details_html(line_rows: list[dict]) -> str:
     texts = [f"Paper ({first['section']}): {first['paper']}"]
     texts += [f"Measured on {r['model']}" + (f" ({r['variant']})" if r.get("variant") else "")
               + f": {r['measured']}" + (f" Reading: {r['reading']}." if r.get("reading") else "")
-              + (f" Not testable here: {r['reason']}" if r.get("reason") else "") for r in line_rows]
+              + (f" Not testable here: {r['reason']}" if r.get("reason") else "")
+              + (f" {readings_words(r)}" if r.get("readings") else "") for r in line_rows]
     texts.append(f"Rule: {first['rule']}." + (f" Scope: {first['scope']}." if first.get("scope") else ""))
     body = "".join(f"<p>{inline_html(t)}</p>" for t in texts)
     return f'<details class="claim-details"><summary>paper, measured, rule</summary>{body}</details>'
@@ -297,7 +303,7 @@ def chapter_table_html(rows: list[dict], chapter_uri: str | None) -> str:
     for line in lines:
         line_rows = list(line["rows"].values())
         first = line_rows[0]
-        label = html.escape(line["id"])
+        label = html.escape(line["id"] + (f" ({first['variant']})" if part_of(first) == "chosen" else ""))
         ident = f'<a class="claim-id" href="{html.escape(chapter_uri)}#verdict">{label}</a>' \
             if chapter_uri else f'<span class="claim-id">{label}</span>'
         head = headline(first)
@@ -326,7 +332,10 @@ def bottom_line_html(rows: list[dict]) -> str:
 def book_counts_html(rows: list[dict]) -> str:
     """The book's own questions, counted by kind (alternatives, architectures, control replays)."""
     parts = []
-    for part, label in (("alternatives", "on other normalisers (the alternatives chapter)"),
+    for part, label in (("chosen", "graded on a reading chosen among several because it reproduces "
+                                   "the figure (labelled variants beside the claims' own rows, "
+                                   "which rest on the primary reading)"),
+                        ("alternatives", "on other normalisers (the alternatives chapter)"),
                         ("architectures", "on other architectures (the architectures chapter)"),
                         ("control", "the paper's claims replayed on the control models (the other "
                                     "model columns of the tables above)")):

@@ -27,7 +27,8 @@ from .rules import KINDS, OPS, VERDICTS, Criterion, Rule, describe_outcomes, pla
 
 __all__ = ["Claim", "Criterion", "Rule", "Graded", "REGISTRY", "VERDICTS", "OPS", "KINDS",
            "CHAPTER_MODULES", "claim", "expected_claims", "make_row", "record", "record_variant",
-           "regrade", "plain_text", "describe_outcomes", "glue_key"]
+           "regrade", "plain_text", "describe_outcomes", "glue_key", "readings_words",
+           "selection_words"]
 
 #: chapters whose claims are registered, in book order (a module of this package each)
 CHAPTER_MODULES = ("vanishing", "distances", "separability", "gradients", "alternatives",
@@ -78,6 +79,35 @@ def glue_key(claim_id: str, variant: str | None = None) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", key)
 
 
+def _number(value) -> str:
+    return "not measured" if value is None else f"{value:.4g}"
+
+
+def readings_words(row: Mapping) -> str:
+    """A row's ``readings`` in one sentence (MyST): each reading tried with the verdict its values
+    get and the headline value, the primary marked; '' when the row has none. E.g. ``Under each
+    reading tried: Σ‖αᵢxᵢ − s‖ ... (primary): not reproduced (close = 32.2); ...``."""
+    found = row.get("readings") or []
+    if not found:
+        return ""
+    key = row["headline"]
+    items = [f"{r['reading']}{' (primary)' if r.get('primary') else ''}: {r['verdict']} "
+             f"({key} = {_number(r['values'].get(key))})" for r in found]
+    return "Under each reading tried: " + "; ".join(items) + "."
+
+
+def selection_words(row: Mapping) -> str:
+    """A chosen-reading row's multiple comparison in words: ``reproduces under j of k readings
+    tried: <labels>; graded on the first`` ('' for a row without ``selection``)."""
+    sel = row.get("selection")
+    if not sel:
+        return ""
+    found = sel["reproducing"]
+    return (f"reproduces under {len(found)} of {sel['tried']} readings tried: {'; '.join(found)}; "
+            "graded on the first (a reading chosen after trying several, not the book's primary "
+            "verdict)")
+
+
 @dataclass(frozen=True)
 class Graded:
     """A recorded verdict: the ledger row, displayed as the rule with its values on the page."""
@@ -118,6 +148,10 @@ class Graded:
             parts.append(f"<p><em>Scope:</em> {inline_html(row['scope'])}.</p>")
         if row.get("reason"):
             parts.append(f"<p><em>Not testable here:</em> {inline_html(row['reason'])}</p>")
+        if row.get("selection"):
+            parts.append(f"<p><em>Chosen reading:</em> {inline_html(selection_words(row))}.</p>")
+        if row.get("readings"):
+            parts.append(f"<p><em>Readings:</em> {inline_html(readings_words(row))}</p>")
         return "".join(parts) + "</div>"
 
     def __repr__(self) -> str:
@@ -126,7 +160,8 @@ class Graded:
 
 def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chapter: str,
              model: str, variant: str | None = None, reason: str | None = None,
-             reading: str | None = None) -> dict:
+             reading: str | None = None, readings: list[dict] | None = None,
+             selection: Mapping | None = None) -> dict:
     """The ledger row of claim ``claim_id`` graded on ``values`` by its registered rule, validated
     (:func:`normlimits.ledger.validate_row`) but not written anywhere.
 
@@ -157,12 +192,18 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
         row["reason"] = reason
     if reading:
         row["reading"] = reading
+    if readings:
+        row["readings"] = [dict(r) for r in readings]
+    if selection:
+        row["selection"] = {"tried": int(selection["tried"]),
+                            "reproducing": list(selection["reproducing"])}
     return ledger.validate_row(row)
 
 
 def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
            variant: str | None = None, model: str | None = None, reason: str | None = None,
-           reading: str | None = None, glue: bool = True) -> Graded:
+           reading: str | None = None, readings: list[dict] | None = None,
+           selection: Mapping | None = None, glue: bool = True) -> Graded:
     """Grade ``values`` by claim ``claim_id``'s registered rule and write its ledger row.
 
     Args:
@@ -173,6 +214,12 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
         variant: for several rows of one claim (e.g. one per model in the architectures chapter).
         model: the model the values were measured on (default: the chapter's).
         reading: which reading of an ambiguous formula the verdict rests on, if any.
+        readings: the claim graded under each reading tried, the primary first
+            (:func:`normlimits.reading_table.reading_grades`: ``[{"reading", "values", "verdict",
+            "primary"}]``), so a verdict that turns on the reading shows every alternative.
+        selection: only on a labelled variant graded on a reading chosen because it reproduces
+            the figure: ``{"tried": k, "reproducing": [labels]}`` (the multiple comparison);
+            :func:`normlimits.reading_table.gradings` gives both rows of such a claim.
         glue: also glue ``verdict_<id>`` (``verdict_<id>_<variant>``) for the chapter's prose.
 
     Returns the :class:`Graded` row (display it to show the rule on the page).
@@ -182,7 +229,7 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
     chapter = ctx if isinstance(ctx, str) else ctx.chapter
     model = model or (None if isinstance(ctx, str) else ctx.model_label)
     row = make_row(claim_id, values, measured, chapter=chapter, model=model, variant=variant,
-                   reason=reason, reading=reading)
+                   reason=reason, reading=reading, readings=readings, selection=selection)
     ledger.write_row(row)
     if glue:
         from myst_nb import glue as _glue
