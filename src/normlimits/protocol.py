@@ -218,14 +218,16 @@ ALT_SYNTHETIC_TRIALS = 128
 #: tau is not recovered); the first is the one the verdicts rest on
 REMOVAL_TOLERANCES = (0.05, 0.01)
 REMOVAL_TOLERANCE = REMOVAL_TOLERANCES[0]
-#: book: context lengths of the removal experiment (the same targets at every length)
+#: book: context lengths of the removal experiment (prefix protocol: length L sees each window's
+#: first L tokens)
 REMOVAL_LENGTHS = (128, 256, 512, 1024)
-#: book: prediction targets per window (the last ones, the same tokens at every length)
+#: book: prediction targets per window and length (the last ones of the length's prefix)
 REMOVAL_TARGETS = 64
 #: book: windows of the removal experiment, the first of the chapter's windows (each costs one
-#: forward pass per N, mode and length). Two were too few: on the stand-in the four pairs of its
-#: eight windows gave the renormalised N*'s exponent from 0.12 to 0.88 and graded ALT-TOPK both
-#: ways (the closing note of 2026-12-01 has the table); every window of the chapter is used.
+#: forward pass per N and mode). Two were too few: on the stand-in (then under the suffix
+#: protocol) the four pairs of its eight windows gave the renormalised N*'s exponent from 0.12 to
+#: 0.88 and graded ALT-TOPK both ways (the closing note of 2026-12-01 has the table); every window
+#: of the chapter is used.
 REMOVAL_WINDOWS = 8
 #: book: "grows with the context while its fraction falls": the exponent of N*_tau against L
 #: lies in this band
@@ -254,7 +256,7 @@ LARGE_POSITIONS_PER_OCTAVE = 4
 LARGE_READING_WINDOWS = 1
 #: book: windows of the separability sweep on a large model (every query position kept)
 LARGE_SEPARABILITY_WINDOWS = 2
-#: book: windows of the removal experiment on a large model (one forward pass per N, mode, length)
+#: book: windows of the removal experiment on a large model (one forward pass per N and mode)
 LARGE_REMOVAL_WINDOWS = 2
 
 

@@ -16,11 +16,29 @@ within ``tau`` of the full model at context length L. Ties at the N-th place are
 the lower key index (so exactly N keys are kept; masked future keys have weight 0 and are never
 preferred to a visible key).
 
-Protocol (one reading of "extending context while evaluating the same prediction targets"):
-windows of the longest length are cut from the corpus; for context length ``L`` the model sees the
-last ``L`` tokens of each window and the targets are its last ``targets`` next-token predictions,
-the same tokens for every L. The (window, N) pairs of a grid run in batches of about
-``BATCH_TOKENS`` tokens (one forward pass per batch).
+Protocols (:data:`PROTOCOLS`; windows of the longest length are cut from the corpus):
+
+- "prefix" (the default, the book's): for context length ``L`` the model sees the first ``L``
+  tokens of each window and the targets are that prefix's last ``targets`` next-token
+  predictions (rows ``L - targets - 1 .. L - 2``), other tokens at each L. Attention is causal,
+  so row q of a pass over the whole window is row q of the pass over the window cut to q + 1
+  tokens, and at N >= q + 1 (rows q < N) nothing is removed from it: one pass per (window, N,
+  mode) over the first ``span`` tokens (the longest length whose grid has N below it) serves
+  every length, and one unmodified pass per window serves every length's full model.
+- "suffix" (one reading of the follow-up's "extending context while evaluating the same
+  prediction targets"): the model sees the last ``L`` tokens of each window and the targets are
+  its last ``targets`` predictions, the same tokens for every L; one pass per (window, L, N,
+  mode).
+
+The (window, N) pairs of a pass length run in batches of about ``BATCH_TOKENS`` tokens (one
+forward pass per batch, N mixed within a batch). Exactness (tested on a tiny model): in float32
+with lengths that are multiples of :data:`KEY_ALIGN` the prefix protocol's numbers are bit for
+bit those of one pass per (L, N) over the window cut to L tokens; at other lengths a
+renormalised row is summed over another number of keys (the increases differ by about 1e-9
+nats), and in float64 the BLAS rounds a row differently with the number of rows in a product
+(one unit in the last place of an NLL). Rows q < N are recomputed with the rest, not taken from
+the unmodified pass (they would save about a tenth of the tokens at the book's grid, and a pass
+over fewer rows would round differently).
 
 The change of a layer's output is measured on the unmodified model (one layer at a time, from a
 capture): ``||W_O concat_h(sum_i (w~_i - alpha_i) v_i)|| / ||W_O concat_h(sum_i alpha_i v_i)||``
@@ -59,6 +77,9 @@ __all__ = [
     "output_change",
     "RemovalResult",
     "removal_sweep",
+    "prefix_spans",
+    "forward_tokens",
+    "target_rows",
     "effective_set_size",
     "claim_values",
 ]
@@ -239,6 +260,24 @@ def top_n_attention(model, n: Tensor | Sequence[int] | int, renormalise: bool = 
         _SETTING.n, _SETTING.renormalise = old
 
 
+def _logits(model, ids: Tensor, keep: Tensor | int, n: Tensor | Sequence[int] | None = None,
+            renormalise: bool = False) -> Tensor:
+    """The model's logits ``[B, R, V]`` at ``keep`` (transformers' ``logits_to_keep``: the last
+    ``keep`` positions, or the positions of a LongTensor [R]) for ``ids`` [B, L]; with every
+    attention row cut to its top ``n`` (one per row, or one for all) unless ``n`` is None."""
+    if n is None:
+        return model(ids, logits_to_keep=keep).logits
+    with top_n_attention(model, n, renormalise):
+        return model(ids, logits_to_keep=keep).logits
+
+
+def _next_token_nll(logits: Tensor, tokens: Tensor) -> Tensor:
+    """``-log p(token)`` in float64 from ``logits`` [B, R, V] and the predicted ``tokens`` [B, R];
+    returns [B, R]."""
+    logp = torch.log_softmax(logits.double(), -1)
+    return -logp.gather(-1, tokens[..., None]).squeeze(-1)
+
+
 @torch.no_grad()
 def removal_nll(model, ids: Tensor, targets: int, n: Tensor | Sequence[int] | None = None,
                 renormalise: bool = False) -> Tensor:
@@ -250,13 +289,8 @@ def removal_nll(model, ids: Tensor, targets: int, n: Tensor | Sequence[int] | No
     ids = torch.as_tensor(ids, dtype=torch.long)
     if not 1 <= targets < ids.shape[-1]:
         raise ValueError(f"targets must lie in 1..{ids.shape[-1] - 1} (got {targets})")
-    if n is None:
-        logits = model(ids, logits_to_keep=targets + 1).logits
-    else:
-        with top_n_attention(model, n, renormalise):
-            logits = model(ids, logits_to_keep=targets + 1).logits
-    logp = torch.log_softmax(logits[:, -targets - 1:-1].double(), -1)
-    return -logp.gather(-1, ids[:, -targets:, None]).squeeze(-1)
+    logits = _logits(model, ids, targets + 1, n, renormalise)
+    return _next_token_nll(logits[:, -targets - 1:-1], ids[:, -targets:])
 
 
 def n_grid_for(length: int, extra: Sequence[int] = ()) -> list[int]:
@@ -322,7 +356,9 @@ class RemovalResult:
     mode ("delete", "renormalise"), ``increase[mode][L]`` [n] (mean NLL increase over windows and
     targets, nats per token), ``increase_se[mode][L]`` [n] (its standard error over targets),
     ``output_change[mode][L]`` [n] (relative change of the layer output, mean over layers);
-    ``full_nll[L]`` the full model's mean NLL; ``targets``, ``windows``, ``seconds``."""
+    ``full_nll[L]`` the full model's mean NLL at length L's targets; ``targets``, ``windows``,
+    ``seconds``; ``protocol`` (:data:`PROTOCOLS`: which tokens length L sees and predicts);
+    ``extra["forward_tokens"]``: the tokens of all forward passes of the sweep."""
 
     lengths: list
     grids: dict
@@ -336,6 +372,8 @@ class RemovalResult:
     extra: dict = field(default_factory=dict)
     #: per mode and length, the loss increase of each window alone: ``[n][W]`` (mean over its targets)
     increase_by_window: dict = field(default_factory=dict)
+    #: "prefix" or "suffix" (see :func:`removal_sweep`)
+    protocol: str = "prefix"
 
     def n_star(self, tau: float, mode: str = "delete") -> list[int]:
         """``N*_tau`` per length."""
@@ -356,8 +394,8 @@ class RemovalResult:
 
     def for_windows(self, windows: Sequence[int]) -> "RemovalResult":
         """The experiment as the given windows alone would have measured it (from
-        ``increase_by_window``: every window has the same targets, so the mean increase is the
-        mean of the windows' own). Its ``increase_se``, ``output_change`` and ``full_nll`` are
+        ``increase_by_window``: every window has the same number of targets, so the mean increase
+        is the mean of the windows' own). Its ``increase_se``, ``output_change`` and ``full_nll`` are
         left empty (they are not kept per window)."""
         windows = list(windows)
         if not self.increase_by_window:
@@ -370,7 +408,7 @@ class RemovalResult:
                     for mode, per_length in by_window.items()}
         return RemovalResult(lengths=self.lengths, grids=self.grids, increase=increase, increase_se={},
                              output_change={}, full_nll={}, targets=self.targets, windows=len(windows),
-                             increase_by_window=by_window)
+                             increase_by_window=by_window, protocol=self.protocol)
 
     def increase_at(self, n_of_length, mode: str = "renormalise") -> list[float]:
         """The loss increase at ``N = n_of_length(L)`` (a size on each length's grid) per length."""
@@ -386,24 +424,153 @@ class RemovalResult:
 #: row in pairs, 2.45 s in batches of 8)
 BATCH_TOKENS = 2048
 
+#: the protocols of :func:`removal_sweep`: "prefix" (length L sees the first L tokens of each
+#: window; one pass per N over the longest length serves every length) and "suffix" (length L
+#: sees the last L tokens, the same targets at every length; one pass per length and N)
+PROTOCOLS = ("prefix", "suffix")
+
+#: the two modes of the removal experiment: name -> renormalise the kept weights
+MODES = {"delete": False, "renormalise": True}
+
+
+def _checked(protocol: str) -> str:
+    """``protocol`` if it is one of :data:`PROTOCOLS`, else ValueError naming them."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS} (got {protocol!r}); "
+                         "'prefix' reads every length from one pass per N, 'suffix' runs one per length and N")
+    return protocol
+
+
+def target_rows(length: int, targets: int, protocol: str) -> Tensor:
+    """Query positions of a window of the longest length at which :func:`removal_sweep` measures
+    the layer-output change for context length ``length``: LongTensor [targets].
+
+    "prefix": ``L - targets - 1 .. L - 2``, the rows whose predictions are the targets of length
+    L (row q of the window is row q of its prefix cut to L tokens, so these are the scored rows
+    themselves). "suffix": ``L - targets .. L - 1``, rows that see up to L keys, as the sweep has
+    always read them (the suffix's scored rows sit at other positions of the window).
+    """
+    if _checked(protocol) == "prefix":
+        return torch.arange(length - targets - 1, length - 1)
+    return torch.arange(length - targets, length)
+
+
+def forward_tokens(grids: dict, windows: int, protocol: str) -> int:
+    """Tokens of all forward passes of :func:`removal_sweep` with the N grids ``grids`` (length ->
+    its N values, ending at the length) on ``windows`` windows: "suffix" ``W sum_L L (1 + 2
+    |{N < L}|)``; "prefix" ``W (max L + 2 sum_N span(N))`` (:func:`prefix_spans`)."""
+    if _checked(protocol) == "suffix":
+        return windows * sum(L * (1 + len(MODES) * sum(n < L for n in grid)) for L, grid in grids.items())
+    return windows * (max(grids) + len(MODES) * sum(prefix_spans(list(grids), grids).values()))
+
+
+def _cut_passes(pairs: list, batch: int, run):
+    """Run the (window, N) ``pairs`` ``batch`` at a time: ``run(windows, ns)`` with the windows'
+    indices (a list) and their N (LongTensor [b]) returns [b, ...]; yields ``((w, n), row)``."""
+    for i in range(0, len(pairs), batch):
+        chunk = pairs[i:i + batch]
+        part = run([w for w, _ in chunk], torch.tensor([n for _, n in chunk]))
+        yield from zip(chunk, part)
+
+
+def _suffix_nll(model, windows: Tensor, lengths: list, grids: dict, targets: int, batch_tokens: int):
+    """The NLLs of the suffix protocol: length L sees ``windows[:, -L:]``, one pass per (window
+    batch, L, N < L, mode). Returns ``(base, nll)``: ``base[L]`` [W, targets] of the full
+    model and ``nll[mode][L]`` [n, W, targets] per N of ``grids[L]`` (N = L: the full model's)."""
+    count = windows.shape[0]
+    base, nll = {}, {m: {} for m in MODES}
+    for L in lengths:
+        grid, ids = grids[L], windows[:, -L:]
+        batch = max(1, batch_tokens // L)
+        base[L] = removal_nll(model, ids, targets)                                # [W, K]
+        pairs = [(w, n) for n in grid if n < L for w in range(count)]
+        for mode, renorm in MODES.items():
+            # at N = L nothing is removed: that entry is the full model itself, no pass needed
+            out = base[L][None].expand(len(grid), count, targets).clone()
+            for (w, n), values in _cut_passes(pairs, batch,
+                                              lambda ws, ns: removal_nll(model, ids[ws], targets, ns, renorm)):
+                out[grid.index(n), w] = values
+            nll[mode][L] = out
+    return base, nll
+
+
+def prefix_spans(lengths: Sequence[int], grids: dict) -> dict:
+    """The passes of the prefix protocol: ``{N: span}`` for every N of the union of the lengths'
+    grids that lies below some length, ``span`` the longest such length. N's pass runs over the
+    first ``span`` tokens of each window and serves every length whose grid has N (they are all
+    at most ``span``)."""
+    spans = {}
+    for L in lengths:
+        for n in grids[L]:
+            if n < L:
+                spans[n] = max(spans.get(n, 0), L)
+    return dict(sorted(spans.items()))
+
+
+@torch.no_grad()
+def _prefix_nll(model, windows: Tensor, lengths: list, grids: dict, targets: int, batch_tokens: int):
+    """The NLLs of the prefix protocol: length L sees ``windows[:, :L]`` and predicts its last
+    ``targets`` tokens, read from rows ``L - targets - 1 .. L - 2`` of longer passes (causal
+    attention: row q never sees a later key). One unmodified pass over the longest length per
+    window batch; per (window batch, N, mode) one cut pass over the first
+    :func:`prefix_spans` tokens; each length reads its own grid out of them. Returns
+    ``(base, nll)`` as :func:`_suffix_nll` does."""
+    count, longest = windows.shape[0], max(lengths)
+    ids = windows[:, :longest]
+    rows = torch.cat([torch.arange(L - targets - 1, L - 1) for L in lengths]).unique()   # [R] sorted
+    at = {L: torch.searchsorted(rows, torch.arange(L - targets - 1, L - 1)) for L in lengths}
+    predicted = ids[:, rows + 1]                                                      # [W, R]
+    step = max(1, batch_tokens // longest)
+    base = torch.cat([_next_token_nll(_logits(model, ids[i:i + step], rows), predicted[i:i + step])
+                      for i in range(0, count, step)])                                # [W, R]
+    spans = prefix_spans(lengths, grids)
+    shared = list(spans)
+    nll = {}
+    for mode, renorm in MODES.items():
+        # rows past a pass's span are never read (no length beyond it has that N below it)
+        cut = torch.full((len(shared), count, len(rows)), math.nan, dtype=base.dtype)   # [N, W, R]
+        for span in sorted(set(spans.values())):
+            cols = torch.nonzero(rows < span).flatten()
+            pairs = [(w, n) for n in shared if spans[n] == span for w in range(count)]
+            for (w, n), values in _cut_passes(pairs, max(1, batch_tokens // span), lambda ws, ns: _next_token_nll(
+                    _logits(model, ids[ws, :span], rows[cols], ns, renorm), predicted[ws][:, cols])):
+                cut[shared.index(n), w, cols] = values
+        # N >= L at a length is its full model: nothing of its window is removed
+        nll[mode] = {L: torch.stack([(cut[shared.index(n)] if n < L else base)[:, at[L]] for n in grids[L]])
+                     for L in lengths}
+    return {L: base[:, at[L]] for L in lengths}, nll
+
 
 def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: int = 32,
                   extra_sizes=None, batch_tokens: int = BATCH_TOKENS,
-                  captures: Sequence | None = None) -> RemovalResult:
-    """The removal experiment on ``windows`` [W, L_max] for every context length of ``lengths``.
+                  captures: Sequence | None = None, protocol: str = "prefix") -> RemovalResult:
+    """The removal experiment on ``windows`` [W, L_w] for every context length of ``lengths``
+    (``L_w >= max(lengths)``).
 
-    For each L the model sees ``windows[:, -L:]``; the N grid is :func:`n_grid_for` with
-    ``extra_sizes(L)`` added (e.g. ``ceil(sqrt L)``); every (window, N < L) pair runs in batches
-    of ``max(1, batch_tokens // L)`` rows, for both modes (N = L is the full model: increase 0 by construction). ``captures`` (optional, one
-    :class:`~normlimits.capture.WindowCapture` per window of the longest length, unmodified model)
-    add the layer-output change at the target rows of each L (rows ``L - targets .. L - 1`` of
-    the long window, which see L keys at the last row). Nothing is cached; runtime grows with
-    ``W * sum_L |grid(L)|`` forward passes of length L.
+    The N grid of length L is :func:`n_grid_for` with ``extra_sizes(L)`` added (e.g.
+    ``ceil(sqrt L)``); N = L is the full model (increase 0 by construction, no pass). Both modes.
+    ``protocol`` (:data:`PROTOCOLS`):
+
+    - "prefix" (default): length L sees ``windows[:, :L]`` and its targets are the last
+      ``targets`` tokens of that prefix (different tokens at each length). One forward pass per
+      (window, N, mode) of the union of the lengths' grids serves every length whose grid has
+      that N (row q of a causal pass is row q of the pass over the window cut to q + 1 tokens);
+      it runs over the first :func:`prefix_spans` tokens (the longest length that needs it), and
+      one unmodified pass over the longest length per window serves every length's full model:
+      ``W (max(lengths) + 2 sum_N span(N))`` tokens.
+    - "suffix": length L sees ``windows[:, -L:]``, the same targets (the windows' last
+      ``targets`` tokens) at every length: ``W sum_L (1 + 2 (|grid(L)| - 1))`` rows of length L.
+
+    The (window, N) pairs run in batches of ``max(1, batch_tokens // L)`` rows of the pass's
+    length L. ``captures`` (optional, one :class:`~normlimits.capture.WindowCapture` per window,
+    of the unmodified model on the whole window) add the layer-output change at the rows of
+    :func:`target_rows`. Nothing is cached.
     """
     start = time.perf_counter()
     model = loaded.model
     windows = torch.as_tensor(windows, dtype=torch.long)
     lengths = [int(L) for L in lengths]
+    _checked(protocol)
     if max(lengths) > windows.shape[-1]:
         raise ValueError(f"lengths up to {max(lengths)} need windows at least that long "
                          f"(got {windows.shape[-1]})")
@@ -411,42 +578,28 @@ def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: i
         raise ValueError(f"targets ({targets}) must be below the shortest length ({min(lengths)})")
     if batch_tokens < 1:
         raise ValueError(f"batch_tokens must be >= 1 (got {batch_tokens})")
+    grids = {L: n_grid_for(L, extra_sizes(L) if extra_sizes else ()) for L in lengths}
+    passes = _prefix_nll if protocol == "prefix" else _suffix_nll
+    base, nll = passes(model, windows, lengths, grids, targets, batch_tokens)
     w_out = output_projections(model)
-    modes = {"delete": False, "renormalise": True}
-    grids, increase, se, change, full = {}, {m: {} for m in modes}, {m: {} for m in modes}, \
-        {m: {} for m in modes}, {}
-    count = windows.shape[0]
-    by_window = {m: {} for m in modes}
+    increase, se, change, by_window = ({m: {} for m in MODES} for _ in range(4))
     for L in lengths:
-        grid = n_grid_for(L, extra_sizes(L) if extra_sizes else ())
-        grids[L] = grid
-        ids = windows[:, -L:]
-        batch = max(1, batch_tokens // L)
-        base = removal_nll(model, ids, targets)                                   # [W, K]
-        full[L] = float(base.mean())
-        for mode, renorm in modes.items():
-            # at N = L nothing is removed: that entry is the full model itself, no pass needed
-            pairs = [(w, n) for n in grid if n < L for w in range(count)]
-            nll = base[None].expand(len(grid), count, targets).clone()
-            for i in range(0, len(pairs), batch):
-                chunk = pairs[i:i + batch]
-                rows_ids = ids[[w for w, _ in chunk]]
-                ns = torch.tensor([n for _, n in chunk])
-                part = removal_nll(model, rows_ids, targets, ns, renorm)
-                for (w, n), values in zip(chunk, part):
-                    nll[grid.index(n), w] = values
-            diff = nll - base[None]                                              # [n, W, K]
+        for mode, renorm in MODES.items():
+            diff = nll[mode][L] - base[L][None]                                  # [n, W, K]
             by_window[mode][L] = diff.mean(-1).tolist()                          # [n][W]
-            diff = diff.reshape(len(grid), -1)                                   # [n, W*K]
+            diff = diff.reshape(len(grids[L]), -1)                               # [n, W*K]
             increase[mode][L] = diff.mean(-1).tolist()
             se[mode][L] = (diff.std(-1) / math.sqrt(diff.shape[-1])).tolist()
             if captures is not None:
-                rows = torch.arange(L - targets, L)
-                per = torch.stack([output_change(c, w_out, rows, grid, renorm) for c in captures])
+                rows = target_rows(L, targets, protocol)
+                per = torch.stack([output_change(c, w_out, rows, grids[L], renorm) for c in captures])
                 change[mode][L] = per.mean((0, 1)).tolist()
     return RemovalResult(lengths=lengths, grids=grids, increase=increase, increase_se=se,
-                         output_change=change, full_nll=full, targets=targets, windows=count,
-                         seconds=time.perf_counter() - start, increase_by_window=by_window)
+                         output_change=change, full_nll={L: float(base[L].mean()) for L in lengths},
+                         targets=targets, windows=windows.shape[0], seconds=time.perf_counter() - start,
+                         extra={"forward_tokens": forward_tokens(grids, windows.shape[0], protocol)},
+                         increase_by_window=by_window,
+                         protocol=protocol)
 
 
 def claim_values(removal: RemovalResult, critical: dict, tau: float, sqrt_size, protocol: str) -> dict:
