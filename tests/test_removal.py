@@ -313,7 +313,8 @@ def test_a_length_reads_the_same_values_from_any_shared_grid():
     predict the same targets: the same numbers, bit for bit."""
     loaded = _long_loaded()
     windows = _ids(loaded, length=256, rows=2)
-    sweep = lambda lengths, **kw: R.removal_sweep(loaded, windows, lengths, targets=16, batch_tokens=3 * 256, **kw)
+    sweep = lambda lengths, protocol="prefix", **kw: R.removal_sweep(loaded, windows, lengths, targets=16,
+                                                                 batch_tokens=3 * 256, protocol=protocol, **kw)
     union = sweep(LONG_LENGTHS, extra_sizes=_sqrt_size)             # shared grid: 1..128 and 12
     fewer = sweep((128, 256))                                       # shared grid: 1..128
     alone = sweep((256,), extra_sizes=_sqrt_size)                   # shared grid: 1..128

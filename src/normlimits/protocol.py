@@ -218,16 +218,15 @@ ALT_SYNTHETIC_TRIALS = 128
 #: tau is not recovered); the first is the one the verdicts rest on
 REMOVAL_TOLERANCES = (0.05, 0.01)
 REMOVAL_TOLERANCE = REMOVAL_TOLERANCES[0]
-#: book: context lengths of the removal experiment (prefix protocol: length L sees each window's
-#: first L tokens)
+#: book: context lengths of the removal experiment (suffix protocol: length L sees each window's
+#: last L tokens, every length the same targets)
 REMOVAL_LENGTHS = (128, 256, 512, 1024)
-#: book: prediction targets per window and length (the last ones of the length's prefix)
+#: book: prediction targets per window and length (each window's last tokens)
 REMOVAL_TARGETS = 64
 #: book: windows of the removal experiment, the first of the chapter's windows (each costs one
-#: forward pass per N and mode). Two were too few: on the stand-in (then under the suffix
-#: protocol) the four pairs of its eight windows gave the renormalised N*'s exponent from 0.12 to
-#: 0.88 and graded ALT-TOPK both ways (the closing note of 2026-12-01 has the table); every window
-#: of the chapter is used.
+#: forward pass per N and mode). Two were too few: on the stand-in the four pairs of its eight
+#: windows gave the renormalised N*'s exponent from 0.12 to 0.88 and graded ALT-TOPK both ways
+#: (the closing note of 2026-12-01 has the table); every window of the chapter is used.
 REMOVAL_WINDOWS = 8
 #: book: "grows with the context while its fraction falls": the exponent of N*_tau against L
 #: lies in this band

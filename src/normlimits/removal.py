@@ -18,15 +18,15 @@ preferred to a visible key).
 
 Protocols (:data:`PROTOCOLS`; windows of the longest length are cut from the corpus):
 
-- "prefix" (the default, the book's): for context length ``L`` the model sees the first ``L``
+- "prefix": for context length ``L`` the model sees the first ``L``
   tokens of each window and the targets are that prefix's last ``targets`` next-token
   predictions (rows ``L - targets - 1 .. L - 2``), other tokens at each L. Attention is causal,
   so row q of a pass over the whole window is row q of the pass over the window cut to q + 1
   tokens, and at N >= q + 1 (rows q < N) nothing is removed from it: one pass per (window, N,
   mode) over the first ``span`` tokens (the longest length whose grid has N below it) serves
   every length, and one unmodified pass per window serves every length's full model.
-- "suffix" (one reading of the follow-up's "extending context while evaluating the same
-  prediction targets"): the model sees the last ``L`` tokens of each window and the targets are
+- "suffix" (the default and the alternatives chapter's: one reading of the follow-up's
+  "extending context while evaluating the same prediction targets"): the model sees the last ``L`` tokens of each window and the targets are
   its last ``targets`` predictions, the same tokens for every L; one pass per (window, L, N,
   mode).
 
@@ -373,7 +373,7 @@ class RemovalResult:
     #: per mode and length, the loss increase of each window alone: ``[n][W]`` (mean over its targets)
     increase_by_window: dict = field(default_factory=dict)
     #: "prefix" or "suffix" (see :func:`removal_sweep`)
-    protocol: str = "prefix"
+    protocol: str = "suffix"
 
     def n_star(self, tau: float, mode: str = "delete") -> list[int]:
         """``N*_tau`` per length."""
@@ -543,7 +543,7 @@ def _prefix_nll(model, windows: Tensor, lengths: list, grids: dict, targets: int
 
 def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: int = 32,
                   extra_sizes=None, batch_tokens: int = BATCH_TOKENS,
-                  captures: Sequence | None = None, protocol: str = "prefix") -> RemovalResult:
+                  captures: Sequence | None = None, protocol: str = "suffix") -> RemovalResult:
     """The removal experiment on ``windows`` [W, L_w] for every context length of ``lengths``
     (``L_w >= max(lengths)``).
 
@@ -551,14 +551,14 @@ def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: i
     ``ceil(sqrt L)``); N = L is the full model (increase 0 by construction, no pass). Both modes.
     ``protocol`` (:data:`PROTOCOLS`):
 
-    - "prefix" (default): length L sees ``windows[:, :L]`` and its targets are the last
+    - "prefix": length L sees ``windows[:, :L]`` and its targets are the last
       ``targets`` tokens of that prefix (different tokens at each length). One forward pass per
       (window, N, mode) of the union of the lengths' grids serves every length whose grid has
       that N (row q of a causal pass is row q of the pass over the window cut to q + 1 tokens);
       it runs over the first :func:`prefix_spans` tokens (the longest length that needs it), and
       one unmodified pass over the longest length per window serves every length's full model:
       ``W (max(lengths) + 2 sum_N span(N))`` tokens.
-    - "suffix": length L sees ``windows[:, -L:]``, the same targets (the windows' last
+    - "suffix" (default): length L sees ``windows[:, -L:]``, the same targets (the windows' last
       ``targets`` tokens) at every length: ``W sum_L (1 + 2 (|grid(L)| - 1))`` rows of length L.
 
     The (window, N) pairs run in batches of ``max(1, batch_tokens // L)`` rows of the pass's
