@@ -165,6 +165,49 @@ def test_plateau_recovers_a_hinge():
         C.plateau(grid, torch.cat([curve[:-1], torch.tensor([float("nan")])]))
 
 
+def _noisy_hinges(count, seed=1):
+    """``count`` noisy hinge curves on the grid 1, 2, ..., 2048 (N = 1 at 1)."""
+    rng = np.random.default_rng(seed)
+    grid = [1] + [2 ** k for k in range(1, 12)]
+    for _ in range(count):
+        knee = int(rng.integers(2, 10))
+        yield grid, np.concatenate([[1.0], 0.9 - 0.03 * np.minimum(np.arange(11), knee)
+                                    + rng.normal(0, 0.01, 11)])
+
+
+def test_hinge_fits_are_the_least_squares_solution_at_every_breakpoint():
+    """The closed form of the normal equations against numpy's SVD-based least squares."""
+    for grid, curve in _noisy_hinges(40):
+        x = torch.log2(torch.tensor(grid[1:], dtype=torch.float64))
+        y = torch.tensor(curve[1:])
+        coef, sse = C._hinge_fits(x, y)
+        for b in range(1, len(x) - 1):
+            dx = (x - x[b]).numpy()
+            design = np.stack([np.ones_like(dx), np.minimum(dx, 0), np.maximum(dx, 0)], axis=1)
+            want, *_ = np.linalg.lstsq(design, y.numpy(), rcond=None)
+            np.testing.assert_allclose(coef[b - 1].numpy(), want, rtol=0, atol=1e-12)
+            assert math.isclose(float(sse[b - 1]), float(((design @ want - y.numpy()) ** 2).sum()),
+                                rel_tol=1e-9, abs_tol=1e-15)
+
+
+def test_plateau_bits_do_not_depend_on_where_the_curve_lies_in_memory():
+    """The same curve at 16 offsets in a buffer, with the heap disturbed in between, gives the
+    same fit to the last bit (torch.linalg.lstsq, the previous solver, failed this for every one
+    of these curves on this machine: the audit's results hash then depended on the heap)."""
+    rng = np.random.default_rng(2)
+    for grid, curve in _noisy_hinges(20):
+        fits = []
+        for offset in range(16):
+            buffer = np.empty(len(curve) + 16)
+            placed = buffer[offset:offset + len(curve)]
+            placed[:] = curve
+            heap = [torch.empty(int(rng.integers(1, 5000)), dtype=torch.float64)
+                    for _ in range(offset)]
+            fits.append(C.plateau(grid, placed))
+            del heap
+        assert all(fit == fits[0] for fit in fits)
+
+
 def test_head_plateaus_and_monitor():
     grid = np.array([1, 2, 4, 8, 16, 32, 64, 128])
     x = np.log2(grid)

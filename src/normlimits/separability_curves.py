@@ -52,20 +52,44 @@ def plateau(n_grid, curve, tolerance: float = 0.02) -> Plateau:
         raise ValueError("the hinge fit needs at least 4 grid points with N >= 2.")
     if bool(torch.isnan(y).any()):
         raise ValueError("the curve has NaN at some N >= 2; measure every N of the grid first.")
-    best = None
-    for b in range(1, x.numel() - 1):
-        dx = x - x[b]
-        design = torch.stack([torch.ones_like(x), dx.clamp(max=0.0), dx.clamp(min=0.0)], dim=1)
-        coef = torch.linalg.lstsq(design, y[:, None]).solution[:, 0]
-        sse = float(((design @ coef - y) ** 2).sum())
-        if best is None or sse < best[0] - 1e-15:
-            best = (sse, b, coef)
-    sse, b, coef = best
+    coef, sse = _hinge_fits(x, y)                 # [B, 3], [B]: breakpoint x[1], ..., x[G-2]
+    b = 0
+    for k in range(1, len(sse)):                  # the first of (near-)equal sums of squares
+        if float(sse[k]) < float(sse[b]) - 1e-15:
+            b = k
+    sse, coef, b = float(sse[b]), coef[b], b + 1
     n_stop = int(round(float(2 ** x[b])))
     return Plateau(n_stop=n_stop, value=float(y[b:].mean()), value_at_stop=float(coef[0]),
                    slope_before=float(coef[1]), slope_after=float(coef[2]),
                    saturated=abs(float(coef[2])) <= tolerance, tolerance=tolerance,
                    rms=math.sqrt(sse / x.numel()))
+
+
+def _hinge_fits(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Least-squares hinge fits of ``y`` [G] on ``x`` [G] (float64), one per breakpoint
+    ``x[b]``, b = 1..G-2: coefficients [G-2, 3] (value at the breakpoint, slope before, slope
+    after) and sums of squared residuals [G-2].
+
+    Solved in closed form, not by LAPACK: the design's columns ``1``, ``u = min(x - x_b, 0)`` and
+    ``v = max(x - x_b, 0)`` have ``u v = 0``, so the normal equations eliminate to
+    ``c0 = (Sy - Su Suy/Suu - Sv Svy/Svv) / (n - Su^2/Suu - Sv^2/Svv)``,
+    ``c1 = (Suy - Su c0)/Suu``, ``c2 = (Svy - Sv c0)/Svv`` (S: sums over the points; Suu, Svv > 0
+    as each side of an inner breakpoint holds a point). Only elementwise products and sums: the
+    bits do not depend on where the arrays lie in memory, which those of ``torch.linalg.lstsq``
+    (MKL's gelsy) did: two audits of one model gave different last bits of F3's slopes, and so
+    different results hashes, depending on the heap's state (measured with MKL_CBWR=AUTO and,
+    about one run in eight, with it unset).
+    """
+    dx = x[None, :] - x[1:-1, None]                          # [B, G]
+    u, v = dx.clamp(max=0.0), dx.clamp(min=0.0)
+    n = float(x.numel())
+    su, sv, suu, svv = u.sum(1), v.sum(1), (u * u).sum(1), (v * v).sum(1)
+    sy, suy, svy = y.sum(), (u * y).sum(1), (v * y).sum(1)
+    c0 = (sy - su * suy / suu - sv * svy / svv) / (n - su * su / suu - sv * sv / svv)
+    c1 = (suy - su * c0) / suu
+    c2 = (svy - sv * c0) / svv
+    residual = c0[:, None] + c1[:, None] * u + c2[:, None] * v - y[None, :]
+    return torch.stack([c0, c1, c2], dim=1), (residual * residual).sum(1)
 
 
 def head_plateaus(n_grid, per_head, tolerance: float = 0.02) -> dict:
