@@ -157,13 +157,26 @@ def test_glue_all_glues_python_numbers_and_returns_nothing_to_print(monkeypatch)
     from normlimits import book
 
     glued = {}
-    monkeypatch.setattr(book, "_glue", lambda name, value: glued.__setitem__(name, value))
+    monkeypatch.setattr("normlimits.glued.glue", lambda name, value: glued.__setitem__(name, value))
     assert book.glue_all({"a": np.float64(0.5), "b": torch.tensor(2.0, dtype=torch.float64),
                           "c": "words", "d": 3}) is None
     assert glued == {"a": 0.5, "b": 2.0, "c": "words", "d": 3}
     assert type(glued["a"]) is float and type(glued["b"]) is float
     with pytest.raises(TypeError, match="glue_all: 'e' is a bool"):
         book.glue_all({"e": True})
+
+
+def test_verdicts_and_numbers_are_glued_through_one_function(monkeypatch, tmp_path):
+    """claims.record glues a verdict through normlimits.glued.glue, the function glue_all uses
+    (the package's one call into myst_nb.glue), under the claim's glue key."""
+    from normlimits import claims, glued
+
+    seen = {}
+    monkeypatch.setattr(glued, "glue", lambda name, value: seen.__setitem__(name, value))
+    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
+    row = claims.record("vanishing", "L1", {"outside": 0, "exponent": -1.0}, "measured here",
+                        model="tiny (0.0M params)").row
+    assert seen == {claims.glue_key("L1", None): row["verdict"]}
 
 
 def test_checkout_root_is_the_repository_and_the_tools_use_it():

@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import make_tiny_gpt2
 
+from normlimits import attention_tap
 from normlimits import removal as R
 from normlimits.capture import capture_window
 
@@ -79,12 +80,35 @@ def test_blocked_attention_is_bit_for_bit_the_unblocked_one(monkeypatch, block, 
     monkeypatch.setattr(R, "ATTENTION_ROW_BLOCK", block)
     module = torch.nn.Module()
     module.is_causal = True
-    monkeypatch.setattr(R, "_SETTING", R._Setting(n=n, renormalise=renormalise))
-    out, weights = R._top_n_forward(module, q, k, v, mask)
-    assert weights is None
-    assert torch.equal(out, _unblocked_top_n(q, k, v, mask, n, renormalise))
-    module.is_causal = False                                # no cut of the keys: every row whole
-    assert torch.equal(R._top_n_forward(module, q, k, v, mask)[0], out)
+    token = R._SETTING.set(R._Setting(n=n, renormalise=renormalise))
+    try:
+        out, weights = R._top_n_forward(module, q, k, v, mask)
+        assert weights is None
+        assert torch.equal(out, _unblocked_top_n(q, k, v, mask, n, renormalise))
+        module.is_causal = False                            # no cut of the keys: every row whole
+        assert torch.equal(R._top_n_forward(module, q, k, v, mask)[0], out)
+    finally:
+        R._SETTING.reset(token)
+    assert R._SETTING.get() is None
+
+
+def test_top_n_attention_restores_the_implementation_and_the_cut_after_an_error(tiny_loaded):
+    """The switch is the attention tap's (one code path, a context variable): after an error in
+    the block neither the model's implementation nor the cut is left behind, and a recording
+    inside a cut block sees the cut's implementation switched away and back."""
+    model = tiny_loaded.model
+    with pytest.raises(RuntimeError, match="inside"):
+        with R.top_n_attention(model, 2, renormalise=True):
+            assert model.config._attn_implementation == R.ATTENTION_NAME
+            assert R._SETTING.get().renormalise and R._SETTING.get().n.tolist() == [2]
+            raise RuntimeError("inside the block")
+    assert model.config._attn_implementation == "eager" and R._SETTING.get() is None
+    with R.top_n_attention(model, 3):
+        with attention_tap.recording(model) as record:
+            assert model.config._attn_implementation == attention_tap.IMPLEMENTATION
+        assert model.config._attn_implementation == R.ATTENTION_NAME and record.layers == []
+        assert R._SETTING.get().n.tolist() == [3]
+    assert model.config._attn_implementation == "eager" and R._SETTING.get() is None
 
 
 def _ids(tiny_loaded, length=48, rows=3):

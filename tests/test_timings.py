@@ -30,7 +30,7 @@ def test_one_time_training_is_recorded_and_not_held_against_the_budget(tmp_path,
     from normlimits.book import ChapterContext
 
     monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
-    monkeypatch.setattr("normlimits.book._glue", lambda *a, **k: None)
+    monkeypatch.setattr("normlimits.glued.glue", lambda *a, **k: None)
     budget = CHAPTER_BUDGET_SECONDS["gradients"]
     loaded = SimpleNamespace(name="standin", n_params=2e6)
     ctx = ChapterContext("gradients", loaded, corpus=None, window_count=8)
@@ -63,7 +63,7 @@ def test_each_replica_is_a_run_held_to_the_budget_on_its_own(tmp_path, capsys, m
     from normlimits.book import ChapterContext
 
     monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
-    monkeypatch.setattr("normlimits.book._glue", lambda *a, **k: None)
+    monkeypatch.setattr("normlimits.glued.glue", lambda *a, **k: None)
     budget = CHAPTER_BUDGET_SECONDS["separability"]
     ctx = ChapterContext("separability", SimpleNamespace(name="smollm2-135m", n_params=1.3e8),
                          corpus=None, window_count=8)

@@ -204,30 +204,44 @@ def _record(module, query, key, value, attention_mask, **kwargs):
     return output, weights
 
 
-def register() -> None:
-    """Register :data:`IMPLEMENTATION` with transformers (idempotent): the attention function and,
-    under the same name, transformers' eager mask function (the causal mask)."""
+def register_implementation(name: str, function: Callable) -> None:
+    """Register ``function`` as transformers' attention implementation ``name`` (idempotent),
+    with transformers' eager mask function (the causal mask) under the same name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-    AttentionInterface.register(IMPLEMENTATION, _record)
-    AttentionMaskInterface.register(IMPLEMENTATION, eager_mask)
+    AttentionInterface.register(name, function)
+    AttentionMaskInterface.register(name, eager_mask)
+
+
+def register() -> None:
+    """Register :data:`IMPLEMENTATION` with transformers (idempotent)."""
+    register_implementation(IMPLEMENTATION, _record)
 
 
 @contextmanager
-def recording(model: torch.nn.Module, check_rows: int = 3) -> Iterator[Recording]:
-    """Switch ``model`` to :data:`IMPLEMENTATION` for the ``with`` block and collect what its
-    layers pass; the previous attention implementation is restored afterwards."""
-    register()
+def switched(model: torch.nn.Module, name: str, function: Callable,
+             state: contextvars.ContextVar, value) -> Iterator:
+    """Run ``model`` under the attention implementation ``name`` (``function``, registered here)
+    for the ``with`` block, with the context variable ``state`` set to ``value`` (what
+    ``function`` reads); both are restored afterwards, also on errors. The one place a model's
+    attention is switched (:func:`recording`, :func:`normlimits.removal.top_n_attention`)."""
+    register_implementation(name, function)
     previous = model.config._attn_implementation
-    model.set_attn_implementation(IMPLEMENTATION)
-    record = Recording(check_rows=check_rows)
-    token = _ACTIVE.set(record)
+    model.set_attn_implementation(name)
+    token = state.set(value)
     try:
-        yield record
+        yield value
     finally:
-        _ACTIVE.reset(token)
+        state.reset(token)
         model.set_attn_implementation(previous)
+
+
+def recording(model: torch.nn.Module, check_rows: int = 3):
+    """Switch ``model`` to :data:`IMPLEMENTATION` for the ``with`` block and collect what its
+    layers pass (the :class:`Recording` it yields); the previous attention implementation is
+    restored afterwards."""
+    return switched(model, IMPLEMENTATION, _record, _ACTIVE, Recording(check_rows=check_rows))
 
 
 def config_refusal(config) -> str | None:

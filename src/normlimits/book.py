@@ -99,7 +99,7 @@ class ChapterContext:
                           {"chapter": self.chapter, "seconds": seconds, "model": self.model_label,
                            "windows": self.window_count, "one_time_seconds": self.one_time_seconds,
                            "replica_seconds": self.replica_seconds})
-        _glue("chapter_seconds", seconds)
+        glued.glue("chapter_seconds", seconds)
         return seconds
 
 
@@ -321,12 +321,6 @@ def check_bound(values, lower=None, upper=None, *, name: str, rtol: float = 1e-6
     return count
 
 
-def _glue(name: str, value) -> None:
-    from myst_nb import glue
-
-    glue(name, value, display=False)
-
-
 def glue_all(values: dict) -> None:
     """Glue every ``name: value`` for the prose; numpy and torch scalars become Python numbers (so
     numpy 2's repr does not leak into the text), strings stay strings. Returns None, so a cell that
@@ -337,4 +331,4 @@ def glue_all(values: dict) -> None:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise TypeError(f"glue_all: {name!r} is a {type(value).__name__}; glue numbers or "
                             "strings (format booleans and lists into words first)")
-        _glue(name, value)
+        glued.glue(name, value)

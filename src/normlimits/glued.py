@@ -9,6 +9,9 @@ kernel so that :func:`paste` can show it, formatted exactly as myst-nb formats i
 
 :func:`install` hooks the kernel's display publisher (``start_chapter`` calls it; outside an
 IPython kernel it does nothing). Glued data is recorded as it is published, whatever the value.
+
+:func:`glue` is the package's one call into ``myst_nb.glue`` (the chapters' numbers through
+:func:`normlimits.book.glue_all`, the verdicts through :func:`normlimits.claims.record`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,14 @@ from __future__ import annotations
 #: glue key -> the glued value's MIME bundle (without myst-nb's hidden-output prefix)
 VALUES: dict[str, dict] = {}
 PENDING = "(computed further down: run this cell again after the chapter has run)"
+
+
+def glue(name: str, value) -> None:
+    """Glue ``value`` under ``name`` for the prose without displaying it (myst-nb imported on
+    first use: the package works without it outside a notebook)."""
+    from myst_nb import glue as myst_glue
+
+    myst_glue(name, value, display=False)
 
 
 class Pasted(str):

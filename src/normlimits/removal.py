@@ -54,6 +54,7 @@ duration of a ``with`` block. Shapes: ids ``[B, L]``; NLL ``[B, targets]``; per-
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
 from contextlib import contextmanager
@@ -64,7 +65,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .attention_tap import expand_heads
+from .attention_tap import expand_heads, switched
 from .capture import output_projections
 from .fits import loglog_fit
 
@@ -177,13 +178,16 @@ def _cut_rows(weights: Tensor, n: Tensor, first_row: int | None) -> Tensor:
     return weights
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Setting:
-    n: Tensor | None = None          # [B] one N per batch element
+    n: Tensor                        # [B] one N per batch element
     renormalise: bool = False
 
 
-_SETTING = _Setting()
+#: the cut of the ``top_n_attention`` block being run (None outside one), read by the attention
+#: function; a context variable, as the attention tap's recording is
+_SETTING: contextvars.ContextVar[_Setting | None] = contextvars.ContextVar("normlimits_top_n",
+                                                                          default=None)
 
 
 #: query rows per block of :func:`_top_n_forward` (a block's scores and weights stay in cache)
@@ -212,7 +216,8 @@ def _top_n_forward(module, query, key, value, attention_mask, scaling=None, drop
     batch, heads, rows, keys = query.shape[0], query.shape[1], query.shape[2], key.shape[-2]
     key, value = expand_heads(key, heads), expand_heads(value, heads)
     causal = getattr(module, "is_causal", True) and rows == keys
-    n = None if _SETTING.n is None else _per_batch(_SETTING.n, batch, query.device)
+    setting = _SETTING.get()
+    n = None if setting is None else _per_batch(setting.n, batch, query.device)
     out = query.new_empty(batch, heads, rows, value.shape[-1])
     for r0 in range(0, rows, ATTENTION_ROW_BLOCK):
         r1 = min(rows, r0 + ATTENTION_ROW_BLOCK)
@@ -223,21 +228,13 @@ def _top_n_forward(module, query, key, value, attention_mask, scaling=None, drop
         weights = torch.softmax(scores, dim=-1)
         if n is not None:
             _cut_rows(weights, n, r0 if causal else None)
-            if _SETTING.renormalise:
+            if setting.renormalise:
                 weights = weights / weights.sum(-1, keepdim=True)
         weights = weights.type(value.dtype)
         if seen < keys:
             weights = torch.nn.functional.pad(weights, (0, keys - seen))
         out[:, :, r0:r1] = torch.matmul(weights, value)
     return out.transpose(1, 2), None
-
-
-def _register() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
-    AttentionInterface.register(ATTENTION_NAME, _top_n_forward)
-    AttentionMaskInterface.register(ATTENTION_NAME, eager_mask)
 
 
 @contextmanager
@@ -247,17 +244,9 @@ def top_n_attention(model, n: Tensor | Sequence[int] | int, renormalise: bool = 
     ``n``: one N for the whole batch or one per batch element. The model's attention
     implementation is restored afterwards (also on errors).
     """
-    _register()
-    previous = model.config._attn_implementation
-    old = (_SETTING.n, _SETTING.renormalise)
-    _SETTING.n = torch.as_tensor(n, dtype=torch.long).reshape(-1)
-    _SETTING.renormalise = bool(renormalise)
-    model.set_attn_implementation(ATTENTION_NAME)
-    try:
+    setting = _Setting(torch.as_tensor(n, dtype=torch.long).reshape(-1), bool(renormalise))
+    with switched(model, ATTENTION_NAME, _top_n_forward, _SETTING, setting):
         yield model
-    finally:
-        model.set_attn_implementation(previous)
-        _SETTING.n, _SETTING.renormalise = old
 
 
 def _logits(model, ids: Tensor, keep: Tensor | int, n: Tensor | Sequence[int] | None = None,

@@ -232,9 +232,9 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
                    reason=reason, reading=reading, readings=readings, selection=selection)
     ledger.write_row(row)
     if glue:
-        from myst_nb import glue as _glue
+        from ..glued import glue as glue_value
 
-        _glue(glue_key(claim_id, variant), row["verdict"], display=False)
+        glue_value(glue_key(claim_id, variant), row["verdict"])
     return Graded(row)
 
 
