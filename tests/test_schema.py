@@ -9,7 +9,7 @@ import pytest
 
 from conftest import with_value
 from normlimits import claims, ledger, schema
-from normlimits.claims.rules import KINDS, OPS, VERDICTS
+from normlimits.claims.rules import DECISIONS, KINDS, OPS, OUTCOME_VERDICTS, VERDICTS
 
 
 def _passing_value(criterion) -> float:
@@ -58,7 +58,8 @@ def test_the_closed_lists_of_the_schema_are_the_codes():
     assert tuple(row["$defs"]["verdict"]["enum"]) == VERDICTS
     assert tuple(row["$defs"]["criterion"]["properties"]["op"]["enum"]) == OPS
     assert tuple(row["$defs"]["criterion"]["properties"]["kind"]["enum"]) == KINDS
-    assert set(row["$defs"]["outcome"]["prefixItems"][1]["enum"]) == set(VERDICTS) - {"not testable"}
+    assert tuple(row["$defs"]["outcome"]["prefixItems"][1]["enum"]) == OUTCOME_VERDICTS
+    assert tuple(row["$defs"]["criterion"]["properties"]["decision"]["enum"]) == DECISIONS
     audit = schema.load_schema("audit")
     assert audit["$defs"]["yardstick"]["enum"] == list(YARDSTICKS)
 
@@ -187,7 +188,7 @@ def test_1_2_adds_only_the_optional_readings_and_selection(ledger_doc):
     """1.2 added two optional row fields (issue 31's one policy for readings): a 1.1 file stays
     valid under 1.1, the new fields are refused there (closed objects), and a 1.2 row may omit
     them."""
-    assert schema.versions()[:3] == ["1.0", "1.1", "1.2"] and schema.SCHEMA_VERSION == "1.2"
+    assert schema.versions()[:3] == ["1.0", "1.1", "1.2"]
     old = copy.deepcopy(ledger_doc)
     old["schema_version"] = "1.1"
     assert schema.problems(old, "ledger") == []
@@ -202,3 +203,44 @@ def test_1_2_adds_only_the_optional_readings_and_selection(ledger_doc):
     bad = copy.deepcopy(new)
     bad["rows"][0]["selection"]["tried"] = 0
     assert any(p.startswith("rows[0].selection.tried") for p in schema.problems(bad, "ledger"))
+
+
+def _interval_row(verdict_low: float = 0.05) -> dict:
+    """An NU row graded with a bootstrap interval on its exponent (2.0 fields)."""
+    from normlimits.bootstrap import Interval
+
+    rule = claims.claim("NU").rule
+    key = rule.headline
+    values = {c.key: 0.0 for c in rule.criteria}
+    values[key] = -0.99
+    interval = Interval(-1.2, -0.8, 8)
+    return claims.make_row("NU", values, "x", chapter="vanishing", model="m",
+                           intervals={key: interval})
+
+
+def test_2_0_adds_inconclusive_and_the_intervals(ledger_doc):
+    """2.0 (issue 31): intervals on criteria and rows, their resampling, and the verdict
+    inconclusive (a new value in a closed list, hence a major version). A 1.2 document stays
+    valid under 1.2 and refuses the new fields there."""
+    assert schema.SCHEMA_VERSION == "2.0" and "2.0" in schema.versions()
+    row = _interval_row()
+    head = next(c for c in row["criteria"] if c["key"] == row["headline"])
+    assert head["interval"] == [-1.2, -0.8] and head["decision"] in ("pass", "fail", "undecided")
+    assert row["interval"] == [-1.2, -0.8] and row["resampling"]["unit"] == "window"
+    new = {**copy.deepcopy(ledger_doc), "schema_version": "2.0", "rows": [row]}
+    assert schema.problems(new, "ledger") == []
+    old = {**copy.deepcopy(new), "schema_version": "1.2"}
+    found = schema.problems(old, "ledger")
+    assert any("interval" in p for p in found) and any("resampling" in p for p in found)
+    bad = copy.deepcopy(new)
+    bad["rows"][0].pop("resampling")
+    assert any("resampling" in p for p in schema.problems(bad, "ledger"))
+    bad = copy.deepcopy(new)
+    bad["rows"][0]["criteria"][0].pop("decision", None)
+    bad["rows"][0]["criteria"][0]["interval"] = [0.0, 1.0]
+    assert any("decision" in p for p in schema.problems(bad, "ledger"))
+    bad = copy.deepcopy(new)
+    bad["rows"][0]["verdict"] = "inconclusive"
+    assert schema.problems(bad, "ledger") == [], "inconclusive is a verdict of 2.0"
+    bad["schema_version"] = "1.2"
+    assert any("verdict" in p for p in schema.problems(bad, "ledger"))

@@ -107,11 +107,13 @@ def test_a_second_row_of_one_claim_on_one_model_opens_a_new_line():
 
 def test_interval_and_inconclusive_are_shown():
     """Issue 31's rows: an interval [low, high] beside the number, and the verdict
-    "inconclusive" (not registered yet) with its own badge and count."""
+    "inconclusive" (a registered verdict since schema 2.0) with its own badge and count."""
     row = graded("NU", {"exponent": -0.85, "entropy": 0.5, "regime": 0.1}, REAL)
-    row.update(interval=[-0.95, -0.7], n=8, unit="window", verdict="inconclusive")
+    row.update(interval=[-0.95, -0.7], verdict="inconclusive",
+               resampling={"method": "percentile bootstrap", "unit": "window", "n": 8,
+                           "resamples": 2000, "level": 0.95, "seed": 31})
     assert S.number_text(row) == "-0.850 [-0.950, -0.700]"
-    assert S.verdict_order([row])[-1] == "inconclusive"
+    assert S.verdict_order([row]) == list(claims.VERDICTS) and "inconclusive" in claims.VERDICTS
     cell = S.chapter_table_html([row], None)
     assert "verdict-badge verdict-inconclusive" in cell and "-0.850 [-0.950, -0.700]" in cell
     bar = S.counts_html([row], "1 claim", "paper")
@@ -122,7 +124,7 @@ def test_interval_and_inconclusive_are_shown():
 
 def test_the_stylesheet_styles_every_verdict_badge():
     css = (S.Path(__file__).resolve().parents[1] / "book" / "_static" / "ledger.css").read_text()
-    for verdict in (*claims.VERDICTS, "inconclusive"):
+    for verdict in claims.VERDICTS:
         assert f".verdict-badge.{S.css_verdict(verdict)}" in css, verdict
 
 

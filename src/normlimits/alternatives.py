@@ -511,7 +511,7 @@ def yardstick_verdict(results: "YardstickResults", key: str, reference: str = "s
 
 #: how the summary table marks a verdict (presentation only; verdicts come from the ledger rows)
 VERDICT_MARKS = {"confirmed": "yes", "corrected": "partly", "refuted": "no", "not reproduced": "no",
-                 "not testable": "n/a"}
+                 "inconclusive": "?", "not testable": "n/a"}
 _SCORES = {"confirmed": 1.0, "corrected": 0.5}
 
 

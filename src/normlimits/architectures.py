@@ -42,7 +42,8 @@ YARDSTICK_CLAIMS = {"vanishing": ("NU", "C1"), "critical_n": ("F2c", "F2a"),
                     "separability": ("F3",), "jacobian": ("F4", "EPS")}
 #: a verdict read as "the paper's limit holds on this model" (in the paper's or a corrected form)
 HOLDS = {"confirmed": "holds", "corrected": "holds (corrected form)", "refuted": "does not hold",
-         "not reproduced": "does not hold", "not testable": "not testable"}
+         "not reproduced": "does not hold", "inconclusive": "undecided (interval straddles the rule)",
+         "not testable": "not testable"}
 
 
 def model_names(setting: str | None = None) -> list[str]:

@@ -26,7 +26,7 @@ td.number { font-family: "DejaVu Sans Mono", monospace; white-space: nowrap; }
 code, .hash { font-family: "DejaVu Sans Mono", monospace; font-size: 0.9em; word-break: break-all; }
 .verdict { font-weight: bold; white-space: nowrap; }
 .verdict-confirmed { color: #1a7f37; } .verdict-corrected { color: #9a6700; }
-.verdict-refuted { color: #cf222e; } .verdict-not-reproduced { color: #bc4c00; }
+.verdict-refuted { color: #cf222e; } .verdict-not-reproduced { color: #bc4c00; } .verdict-inconclusive { color: #6e7781; }
 .verdict-not-testable { color: #57606a; }
 tr.differs td { background: #fff4e5; }
 .honesty { border-left: 4px solid #bc4c00; background: #fff8f0; padding: 0.6em 1em; }

@@ -26,6 +26,10 @@ own), and its new verdict ``inconclusive`` is a new value in the verdict list: t
 1.2 added two optional row fields (issue 31, one policy for readings): ``readings`` (the claim's
 verdict and values under each reading of Eq. (7) tried) and ``selection`` (on a row whose reading
 was chosen among several: how many were tried and which reproduce).
+2.0 (issue 31, intervals): the verdict ``inconclusive``; on a criterion its ``interval`` and
+``decision`` (pass, fail or undecided over the whole interval), on the row the headline's
+``interval`` and the ``resampling`` that produced the intervals (method, unit, n, resamples,
+level, seed). A 1.x file validates against its own version's schemas as before.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ __all__ = ["SCHEMA_VERSION", "DOCUMENTS", "SchemaError", "schema_root", "version
            "problems", "validate", "read_document"]
 
 #: the version every file is written with now
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "2.0"
 #: the documents with a schema (``<name>.schema.json``); ``row`` is their shared row format
 DOCUMENTS = ("audit", "ledger", "compare")
 ROW = "row"

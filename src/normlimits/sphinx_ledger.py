@@ -127,7 +127,7 @@ def paper_rows(rows: list[dict]) -> list[dict]:
 
 
 def verdict_order(rows: list[dict]) -> list[str]:
-    """The registered verdicts, then any other verdict the rows carry (e.g. ``inconclusive``)."""
+    """The registered verdicts, then any other verdict the rows carry (rows of a newer schema)."""
     extra = sorted({r["verdict"] for r in rows} - set(VERDICTS))
     return [*VERDICTS, *extra]
 

@@ -161,7 +161,7 @@ class Graded:
 def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chapter: str,
              model: str, variant: str | None = None, reason: str | None = None,
              reading: str | None = None, readings: list[dict] | None = None,
-             selection: Mapping | None = None) -> dict:
+             selection: Mapping | None = None, intervals: Mapping | None = None) -> dict:
     """The ledger row of claim ``claim_id`` graded on ``values`` by its registered rule, validated
     (:func:`normlimits.ledger.validate_row`) but not written anywhere.
 
@@ -176,7 +176,7 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
         raise ValueError(f"claim {claim_id}: name the model the values were measured on (model=...)")
     if not measured.strip():
         raise ValueError(f"claim {claim_id}: say what was measured (measured=...)")
-    graded = item.rule.to_row(values)
+    graded = item.rule.to_row(values, intervals)
     if graded["verdict"] == "not testable" and not (reason and reason.strip()):
         missing = [c["key"] for c in graded["criteria"] if c["value"] is None]
         raise ValueError(f"claim {claim_id}: criteria {missing} have no value; pass reason=... "
@@ -197,13 +197,34 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
     if selection:
         row["selection"] = {"tried": int(selection["tried"]),
                             "reproducing": list(selection["reproducing"])}
+    resampling = _resampling(claim_id, intervals)
+    if resampling:
+        row["resampling"] = resampling
     return ledger.validate_row(row)
+
+
+def _resampling(claim_id: str, intervals: Mapping | None) -> dict | None:
+    """The one ``resampling`` block of a row's intervals (every interval of a row comes from the
+    same resampling: :class:`normlimits.bootstrap.Interval`); None without intervals."""
+    if not intervals:
+        return None
+    blocks = []
+    for key, interval in intervals.items():
+        if not hasattr(interval, "resampling"):
+            raise ValueError(f"claim {claim_id}: the interval of {key!r} must be a "
+                             "normlimits.bootstrap.Interval (it says how it was computed)")
+        blocks.append(interval.resampling())
+    if any(b != blocks[0] for b in blocks):
+        raise ValueError(f"claim {claim_id}: the intervals of one row come from different "
+                         f"resamplings {blocks}; compute them over the same units and settings")
+    return blocks[0]
 
 
 def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
            variant: str | None = None, model: str | None = None, reason: str | None = None,
            reading: str | None = None, readings: list[dict] | None = None,
-           selection: Mapping | None = None, glue: bool = True) -> Graded:
+           selection: Mapping | None = None, intervals: Mapping | None = None,
+           glue: bool = True) -> Graded:
     """Grade ``values`` by claim ``claim_id``'s registered rule and write its ledger row.
 
     Args:
@@ -220,6 +241,9 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
         selection: only on a labelled variant graded on a reading chosen because it reproduces
             the figure: ``{"tried": k, "reproducing": [labels]}`` (the multiple comparison);
             :func:`normlimits.reading_table.gradings` gives both rows of such a claim.
+        intervals: criterion key -> :class:`normlimits.bootstrap.Interval` of that statistic; a
+            criterion then holds or fails only when its whole interval does, and a verdict an
+            undecided criterion could change is "inconclusive" (:meth:`Rule.grade`).
         glue: also glue ``verdict_<id>`` (``verdict_<id>_<variant>``) for the chapter's prose.
 
     Returns the :class:`Graded` row (display it to show the rule on the page).
@@ -229,7 +253,8 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
     chapter = ctx if isinstance(ctx, str) else ctx.chapter
     model = model or (None if isinstance(ctx, str) else ctx.model_label)
     row = make_row(claim_id, values, measured, chapter=chapter, model=model, variant=variant,
-                   reason=reason, reading=reading, readings=readings, selection=selection)
+                   reason=reason, reading=reading, readings=readings, selection=selection,
+                   intervals=intervals)
     ledger.write_row(row)
     if glue:
         from ..glued import glue as glue_value

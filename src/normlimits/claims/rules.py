@@ -11,25 +11,38 @@ gives the verdict. Conditions are a small language over the criteria's pass/fail
 A criterion whose value is missing (``None`` or NaN) cannot be graded: the verdict is then
 ``not testable`` whatever the outcomes say, and the row must carry the reason.
 
+A measured criterion may carry an interval (a bootstrap interval over corpus windows, seeds or
+draws: :mod:`normlimits.bootstrap`). It then holds only when its whole interval meets the test,
+fails only when its whole interval fails it, and is *undecided* when the interval straddles the
+threshold. A verdict that an undecided criterion could change (some pass/fail assignment of the
+undecided criteria gives another verdict) is ``inconclusive``; one that every assignment gives
+stands. Identities take no interval.
+
 The rule is serialised into every ledger row (:meth:`Rule.to_row`), so a reader can re-grade
 ``_build/ledger.json`` without running the book (:func:`regrade`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["VERDICTS", "OPS", "KINDS", "Criterion", "Rule", "regrade", "plain_text",
-           "describe_condition", "describe_outcomes"]
+__all__ = ["VERDICTS", "OUTCOME_VERDICTS", "DECISIONS", "OPS", "KINDS", "Criterion", "Rule",
+           "regrade", "plain_text", "describe_condition", "describe_outcomes"]
 
 #: confirmed: the claim holds as stated (on the range measured); corrected: a true statement
 #: close to the claim is proven here and replaces it; refuted: the evidence contradicts it;
 #: not reproduced: the paper's number or figure did not come out under any reading tried, without
-#: the claim being shown false; not testable: this build cannot measure it (the row says why).
-VERDICTS = ("confirmed", "corrected", "refuted", "not reproduced", "not testable")
+#: the claim being shown false; not testable: this build cannot measure it (the row says why);
+#: inconclusive: the verdict turns on a criterion whose interval contains its threshold.
+VERDICTS = ("confirmed", "corrected", "refuted", "not reproduced", "inconclusive", "not testable")
+#: verdicts the rules' outcomes may name (the others follow from missing values or intervals)
+OUTCOME_VERDICTS = ("confirmed", "corrected", "refuted", "not reproduced")
+#: a criterion's decision under its interval
+DECISIONS = ("pass", "fail", "undecided")
 OPS = ("<=", "<", ">=", ">", "==", "between", "outside")
 #: measurement: a number from data that could have come out otherwise; identity: a value fixed by
 #: construction (an empty sum, a derivation closing), shown but never enough for a verdict alone
@@ -85,6 +98,24 @@ class Criterion:
                 "between": lambda: t[0] <= v <= t[1],
                 "outside": lambda: not (t[0] <= v <= t[1])}[self.op]()
 
+    def decide(self, interval) -> str:
+        """``"pass"`` when every value of ``interval`` ``(low, high)`` meets the test, ``"fail"``
+        when none does, ``"undecided"`` when it straddles the threshold."""
+        low, high = (float(x) for x in interval)
+        if not low <= high:
+            raise ValueError(f"criterion {self.key!r}: interval [{low}, {high}] must have low <= "
+                             "high, both numbers")
+        t = self.threshold
+        if self.op in ("between", "outside"):
+            inside = t[0] <= low and high <= t[1]
+            apart = high < t[0] or low > t[1]
+            holds, breaks = (inside, apart) if self.op == "between" else (apart, inside)
+        elif self.op == "==":
+            holds, breaks = low == high == t, not (low <= t <= high)
+        else:
+            holds, breaks = self.passes(low) and self.passes(high), not (self.passes(low) or self.passes(high))
+        return "pass" if holds else "fail" if breaks else "undecided"
+
     @classmethod
     def from_dict(cls, c: Mapping) -> "Criterion":
         """The criterion recorded in a ledger row's ``criteria`` entry."""
@@ -127,9 +158,10 @@ class Rule:
         if not self.outcomes or self.outcomes[-1][0] != "else":
             raise ValueError("the last outcome must be ('else', verdict)")
         for condition, verdict in self.outcomes:
-            if verdict not in VERDICTS or verdict == "not testable":
-                raise ValueError(f"outcome verdict {verdict!r} must be one of {VERDICTS[:-1]} "
-                                 "(not testable is given by missing values, not by outcomes)")
+            if verdict not in OUTCOME_VERDICTS:
+                raise ValueError(f"outcome verdict {verdict!r} must be one of {OUTCOME_VERDICTS} "
+                                 "(not testable follows from missing values and inconclusive from "
+                                 "intervals, never from outcomes)")
             self._parse(condition, keys)
         if not self.text.strip():
             raise ValueError("a rule needs its statement in words (text)")
@@ -161,11 +193,26 @@ class Rule:
                              "cannot be measured, with a reason)")
         return {c.key: c.passes(values[c.key]) for c in self.criteria}
 
-    def grade(self, values: Mapping[str, object]) -> str:
-        """The verdict for ``values`` (one value per criterion key; None or NaN = missing)."""
-        results = self.results(values)
-        if any(r is None for r in results.values()):
-            return "not testable"
+    def decisions(self, values: Mapping[str, object],
+                  intervals: Mapping[str, object] | None = None) -> dict[str, bool | None | str]:
+        """Per criterion: True / False (decided), None (missing value) or ``"undecided"`` (its
+        interval contains its threshold). A criterion with an interval is decided by the interval
+        (:meth:`Criterion.decide`), one without by its value."""
+        results: dict[str, bool | None | str] = dict(self.results(values))
+        intervals = dict(intervals or {})
+        unknown = set(intervals) - set(results)
+        if unknown:
+            raise ValueError(f"intervals for unknown criteria {sorted(unknown)}")
+        for c in self.criteria:
+            if c.key not in intervals or results[c.key] is None:
+                continue
+            if c.kind != "measurement":
+                raise ValueError(f"criterion {c.key!r} is an identity: it takes no interval")
+            decision = c.decide(_bounds(intervals[c.key]))
+            results[c.key] = "undecided" if decision == "undecided" else decision == "pass"
+        return results
+
+    def _first_outcome(self, results: Mapping[str, bool]) -> str:
         keys = [c.key for c in self.criteria]
         for condition, verdict in self.outcomes:
             word, names = self._parse(condition, keys)
@@ -175,26 +222,60 @@ class Rule:
                 return verdict
         raise AssertionError("unreachable: the last outcome is 'else'")
 
-    def to_row(self, values: Mapping[str, object]) -> dict:
-        """The rule and the values as ledger fields (JSON-able), the verdict included."""
+    def grade(self, values: Mapping[str, object], intervals: Mapping[str, object] | None = None) -> str:
+        """The verdict for ``values`` (one value per criterion key; None or NaN = missing) and,
+        optionally, ``intervals`` (criterion key -> ``(low, high)`` or a
+        :class:`normlimits.bootstrap.Interval`): ``inconclusive`` when an undecided criterion
+        could change the verdict."""
+        results = self.decisions(values, intervals)
+        if any(r is None for r in results.values()):
+            return "not testable"
+        open_keys = [k for k, r in results.items() if r == "undecided"]
+        verdicts = set()
+        for bits in itertools.product((True, False), repeat=len(open_keys)):
+            verdicts.add(self._first_outcome({**results, **dict(zip(open_keys, bits))}))
+        return verdicts.pop() if len(verdicts) == 1 else "inconclusive"
+
+    def to_row(self, values: Mapping[str, object], intervals: Mapping[str, object] | None = None) -> dict:
+        """The rule and the values as ledger fields (JSON-able), the verdict included; a criterion
+        with an interval records it and its ``decision``, and the row the headline's interval."""
         results = self.results(values)
-        head = next(c for c in self.criteria if c.key == self.headline)
-        criteria = [{"key": c.key, "statistic": c.statistic, "statistic_text": plain_text(c.statistic),
+        decided = self.decisions(values, intervals)
+        intervals = dict(intervals or {})
+        criteria = []
+        for c in self.criteria:
+            entry = {"key": c.key, "statistic": c.statistic, "statistic_text": plain_text(c.statistic),
                      "op": c.op, "threshold": list(c.threshold) if isinstance(c.threshold, tuple)
                      else c.threshold, "value": None if _missing(values[c.key]) else float(values[c.key]),
-                     "passed": results[c.key], "kind": c.kind} for c in self.criteria]
-        return {"rule": self.text, "rule_text": plain_text(self.text), "criteria": criteria,
-                "outcomes": [list(o) for o in self.outcomes], "headline": self.headline,
-                "statistic": plain_text(head.statistic), "value": criteria[
-                    [c.key for c in self.criteria].index(self.headline)]["value"],
-                "threshold": criteria[[c.key for c in self.criteria].index(self.headline)]["threshold"],
-                "verdict": self.grade(values)}
+                     "passed": results[c.key], "kind": c.kind}
+            if c.key in intervals and results[c.key] is not None:
+                entry["interval"] = _bounds(intervals[c.key])
+                r = decided[c.key]
+                entry["decision"] = "undecided" if r == "undecided" else "pass" if r else "fail"
+            criteria.append(entry)
+        head = criteria[[c.key for c in self.criteria].index(self.headline)]
+        row = {"rule": self.text, "rule_text": plain_text(self.text), "criteria": criteria,
+               "outcomes": [list(o) for o in self.outcomes], "headline": self.headline,
+               "statistic": plain_text(next(c for c in self.criteria if c.key == self.headline).statistic),
+               "value": head["value"], "threshold": head["threshold"],
+               "verdict": self.grade(values, intervals)}
+        if "interval" in head:
+            row["interval"] = head["interval"]
+        return row
 
     @classmethod
     def from_row(cls, row: Mapping) -> "Rule":
         """Rebuild the rule recorded in a ledger row."""
         criteria = tuple(Criterion.from_dict(c) for c in row["criteria"])
         return cls(criteria, tuple(tuple(o) for o in row["outcomes"]), row["headline"], row["rule"])
+
+
+def _bounds(interval) -> list[float]:
+    """``[low, high]`` of an interval given as a pair or as an object with ``low``/``high``."""
+    if hasattr(interval, "low") and hasattr(interval, "high"):
+        return [float(interval.low), float(interval.high)]
+    low, high = interval
+    return [float(low), float(high)]
 
 
 def _listed(keys: list[str], joiner: str) -> str:
@@ -233,9 +314,10 @@ def describe_outcomes(outcomes) -> str:
 
 
 def regrade(row: Mapping) -> str:
-    """Re-grade a ledger row from its recorded criteria, values and outcomes alone."""
+    """Re-grade a ledger row from its recorded criteria, values, intervals and outcomes alone."""
     rule = Rule.from_row(row)
-    return rule.grade({c["key"]: c["value"] for c in row["criteria"]})
+    return rule.grade({c["key"]: c["value"] for c in row["criteria"]},
+                      {c["key"]: c["interval"] for c in row["criteria"] if "interval" in c})
 
 
 _LATEX = [

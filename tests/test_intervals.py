@@ -1,0 +1,172 @@
+"""Intervals and three-way grading (issue 31): normlimits.bootstrap's percentile intervals and
+the rules' decisions over an interval (pass, fail, undecided), the verdict "inconclusive" where an
+undecided criterion could change the verdict, and the ledger refusing a verdict its intervals do
+not support."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from normlimits import bootstrap as B
+from normlimits import claims, ledger
+from normlimits.claims.rules import Criterion, Rule, regrade
+
+
+# ----------------------------------------------------------------------------- bootstrap
+
+def test_indices_are_reproducible_and_in_range():
+    a, b = B.resample_indices(8, 2000, seed=3), B.resample_indices(8, 2000, seed=3)
+    assert torch.equal(a, b) and a.shape == (2000, 8)
+    assert int(a.min()) == 0 and int(a.max()) == 7
+    assert not torch.equal(a, B.resample_indices(8, 2000, seed=4))
+    with pytest.raises(ValueError, match="at least 2 units"):
+        B.resample_indices(1)
+
+
+def test_interval_is_the_loop_over_resamples_done_at_once():
+    """Chunked and vectorised: the same numbers as one resample at a time with numpy."""
+    gen = torch.Generator().manual_seed(0)
+    per_window = torch.randn(8, 12, generator=gen, dtype=torch.float64)    # windows x heads
+    got = B.bootstrap_interval(per_window, B.median_of_means, resamples=500, seed=5, chunk=64)
+    index = B.resample_indices(8, 500, seed=5).numpy()
+    stats = np.array([np.median(per_window.numpy()[row].mean(0)) for row in index])
+    want = np.quantile(stats, [0.025, 0.975])
+    assert math.isclose(got.low, want[0], rel_tol=1e-12) and math.isclose(got.high, want[1], rel_tol=1e-12)
+    assert (got.n, got.unit, got.resamples, got.level, got.seed) == (8, "window", 500, 0.95, 5)
+
+
+def test_interval_covers_the_mean_about_as_often_as_it_says():
+    """Coverage check on data with a known answer: 95% intervals of the mean of 30 normal units
+    contain the true mean in about 95% of 200 repetitions (percentile bootstrap runs a little
+    short at small n; 88% is the floor here)."""
+    gen = torch.Generator().manual_seed(1)
+    hits = 0
+    for rep in range(200):
+        units = torch.randn(30, generator=gen, dtype=torch.float64) + 2.0
+        iv = B.bootstrap_interval(units, B.mean_of_means, resamples=1000, seed=rep)
+        hits += iv.low <= 2.0 <= iv.high
+    assert 0.88 <= hits / 200 <= 0.99
+
+
+def test_heads_stay_inside_their_window():
+    """Windows that differ only by a constant shift of every head: the interval reflects the
+    spread between windows, not between heads (heads are never resampled apart)."""
+    heads = torch.linspace(-5, 5, 101, dtype=torch.float64)
+    same = heads[None, :].repeat(6, 1)
+    iv = B.bootstrap_interval(same, B.median_of_means)
+    assert abs(iv.low) < 1e-12 and abs(iv.high) < 1e-12
+    shifted = same + torch.arange(6, dtype=torch.float64)[:, None]
+    iv = B.bootstrap_interval(shifted, B.median_of_means)
+    assert 0.0 < iv.low < 2.5 < iv.high < 5.0
+
+
+def test_bad_statistics_and_units_are_refused():
+    data = torch.ones(4, 3)
+    with pytest.raises(ValueError, match="one value per resample"):
+        B.bootstrap_interval(data, lambda x: x.mean(1))
+    with pytest.raises(ValueError, match="NaN on every resample"):
+        B.bootstrap_interval(data, lambda x: torch.full((x.shape[0],), float("nan")))
+    with pytest.raises(ValueError, match="not one of"):
+        B.Interval(0.0, 1.0, 8, unit="head")
+    with pytest.raises(ValueError, match="low must be <= high"):
+        B.Interval(1.0, 0.0, 8)
+    with pytest.raises(ValueError, match="says nothing"):
+        B.Interval(0.0, 1.0, 1)
+
+
+# ------------------------------------------------------------------------ three-way grading
+
+LE = Criterion("gap", "a gap", "<=", 0.1)
+IN = Criterion("slope", "a slope", "between", (-1.2, -0.8))
+
+
+@pytest.mark.parametrize("criterion, interval, decision", [
+    (LE, (0.0, 0.05), "pass"), (LE, (0.0, 0.1), "pass"), (LE, (0.11, 0.3), "fail"),
+    (LE, (0.05, 0.2), "undecided"),
+    (IN, (-1.1, -0.9), "pass"), (IN, (-0.7, -0.5), "fail"), (IN, (-1.5, -1.3), "fail"),
+    (IN, (-1.0, -0.5), "undecided"), (IN, (-1.5, -0.5), "undecided"),
+    (Criterion("o", "o", "outside", (0.0, 1.0)), (1.5, 2.0), "pass"),
+    (Criterion("o", "o", "outside", (0.0, 1.0)), (0.2, 0.4), "fail"),
+    (Criterion("o", "o", "outside", (0.0, 1.0)), (0.5, 1.5), "undecided"),
+    (Criterion("g", "g", ">", 2.0), (2.0, 3.0), "undecided"),
+])
+def test_a_criterion_decides_only_on_its_whole_interval(criterion, interval, decision):
+    assert criterion.decide(interval) == decision
+
+
+RULE = Rule((LE, IN), (("all", "confirmed"), ("any:slope", "corrected"), ("else", "refuted")),
+            "slope", "the rule")
+
+
+def test_a_planted_straddling_statistic_is_inconclusive():
+    """The point value passes, but the interval contains the threshold and the verdict would
+    change with the criterion's outcome: inconclusive, in the row and on regrading it."""
+    values = {"gap": 0.05, "slope": -1.0}
+    assert RULE.grade(values) == "confirmed"
+    straddles = {"gap": (0.02, 0.14)}
+    assert RULE.grade(values, straddles) == "inconclusive"
+    row = RULE.to_row(values, straddles)
+    assert row["verdict"] == "inconclusive"
+    assert row["criteria"][0]["decision"] == "undecided" and row["criteria"][0]["passed"] is True
+    assert "interval" not in row, "the headline (slope) has no interval here"
+    assert regrade({**row, "rule": "the rule"}) == "inconclusive"
+
+
+def test_an_undecided_criterion_that_cannot_change_the_verdict_leaves_it():
+    """slope fails on its whole interval: refuted whatever gap does, so gap's straddling interval
+    does not make the verdict inconclusive; intervals wholly on one side decide as the values."""
+    values = {"gap": 0.05, "slope": -0.5}
+    assert RULE.grade(values, {"gap": (0.0, 0.2), "slope": (-0.6, -0.4)}) == "refuted"
+    assert RULE.grade({"gap": 0.05, "slope": -1.0},
+                      {"gap": (0.0, 0.08), "slope": (-1.1, -0.9)}) == "confirmed"
+    assert RULE.grade({"gap": 0.05, "slope": -1.0},
+                      {"gap": (0.2, 0.3), "slope": (-1.1, -0.9)}) == "corrected", \
+        "an interval decides even where the point value says otherwise"
+    assert RULE.grade({"gap": None, "slope": -1.0}, {"slope": (-1.5, -0.5)}) == "not testable"
+
+
+def test_identities_take_no_interval_and_outcomes_cannot_name_inconclusive():
+    rule = Rule((LE, Criterion("paper", "p", "==", 1.0, "identity")),
+                (("all", "confirmed"), ("else", "refuted")), "gap", "r")
+    with pytest.raises(ValueError, match="identity"):
+        rule.grade({"gap": 0.0, "paper": 1.0}, {"paper": (1.0, 1.0)})
+    with pytest.raises(ValueError, match="unknown criteria"):
+        rule.grade({"gap": 0.0, "paper": 1.0}, {"other": (0.0, 1.0)})
+    with pytest.raises(ValueError, match="never from outcomes"):
+        Rule((LE,), (("all", "inconclusive"), ("else", "refuted")), "gap", "r")
+
+
+def _nu_values(exponent):
+    """NU's values with every criterion passing but the exponent, which is ``exponent``."""
+    return {"exponent": exponent, "entropy": 0.95, "regime": 0.8}
+
+
+def test_a_registered_claim_with_a_straddling_interval_is_inconclusive_and_the_ledger_checks_it():
+    """NU's exponent (rule: <= -0.9) with an interval across -0.9: the row says inconclusive,
+    carries its resampling, and a row whose verdict does not follow from its intervals is
+    refused."""
+    values = _nu_values(-0.95)
+    assert claims.make_row("NU", values, "m", chapter="vanishing", model="x")["verdict"] == "confirmed"
+    planted = {"exponent": B.Interval(-1.0, -0.85, 8)}
+    row = claims.make_row("NU", values, "m", chapter="vanishing", model="x", intervals=planted)
+    assert row["verdict"] == "inconclusive"
+    assert row["interval"] == [-1.0, -0.85]
+    assert row["resampling"] == {"method": "percentile bootstrap", "unit": "window", "n": 8,
+                                 "resamples": B.RESAMPLES, "level": B.LEVEL, "seed": B.SEED}
+    decided = {"exponent": B.Interval(-1.0, -0.92, 8)}
+    assert claims.make_row("NU", values, "m", chapter="vanishing", model="x",
+                           intervals=decided)["verdict"] == "confirmed"
+    forged = {**row, "verdict": "confirmed"}
+    with pytest.raises(ValueError, match="does not follow"):
+        ledger.validate_row(forged)
+    with pytest.raises(ValueError, match="different resamplings"):
+        claims.make_row("NU", values, "m", chapter="vanishing", model="x",
+                        intervals={"exponent": B.Interval(-1.1, -0.95, 8),
+                                   "entropy": B.Interval(0.92, 0.97, 4)})
+    with pytest.raises(ValueError, match="must be a normlimits.bootstrap.Interval"):
+        claims.make_row("NU", values, "m", chapter="vanishing", model="x",
+                        intervals={"exponent": (-1.1, -0.95)})
