@@ -170,3 +170,36 @@ def test_a_registered_claim_with_a_straddling_interval_is_inconclusive_and_the_l
     with pytest.raises(ValueError, match="must be a normlimits.bootstrap.Interval"):
         claims.make_row("NU", values, "m", chapter="vanishing", model="x",
                         intervals={"exponent": (-1.1, -0.95)})
+
+
+def test_values_of_index_rows_give_the_same_interval_as_the_tensor_path():
+    """bootstrap_values (one call per resample, several statistics) and bootstrap_interval (a
+    tensor statistic) draw the same resamples: the same intervals; None/NaN are left out."""
+    gen = torch.Generator().manual_seed(2)
+    per_window = torch.randn(6, 5, generator=gen, dtype=torch.float64)
+
+    def values_of(rows):
+        chosen = per_window[rows]
+        return {"median": float(chosen.mean(0).quantile(0.5)),
+                "mean": float(chosen.mean()), "never": None}
+
+    got = B.bootstrap_values(6, values_of, ["median", "mean", "never"], resamples=300, seed=9)
+    assert set(got) == {"median", "mean"}, "a statistic with no number gets no interval"
+    want = B.bootstrap_interval(per_window, B.median_of_means, resamples=300, seed=9)
+    assert math.isclose(got["median"].low, want.low, rel_tol=1e-12)
+    assert math.isclose(got["median"].high, want.high, rel_tol=1e-12)
+    mean = B.bootstrap_interval(per_window, B.mean_of_means, resamples=300, seed=9)
+    assert math.isclose(got["mean"].low, mean.low, rel_tol=1e-12)
+    assert math.isclose(got["mean"].high, mean.high, rel_tol=1e-12) and got["mean"].n == 6
+
+
+def test_the_graded_display_shows_each_interval_and_its_decision():
+    """A chapter's table of a rule: the measured column carries value [low, high], the passes
+    column the decision on the whole interval."""
+    values = _nu_values(-0.95)
+    row = claims.make_row("NU", values, "m", chapter="vanishing", model="x",
+                          intervals={"exponent": B.Interval(-1.0, -0.85, 8)})
+    text = claims.Graded(row)._repr_html_()
+    assert "verdict-inconclusive" in text and "-0.9500 [-1.000, -0.8500]" in text
+    cells = text.split("<code>exponent</code>")[1].split("</tr>")[0]
+    assert "undecided" in cells and ">yes<" not in cells

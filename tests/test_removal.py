@@ -467,3 +467,42 @@ def test_for_windows_reads_the_given_windows_alone():
                            output_change={}, full_nll={}, targets=8, windows=2)
     with pytest.raises(ValueError, match="per-window"):
         bare.for_windows([0])
+
+
+def _windows_result(needs_delete, needs_renorm, lengths=(128, 256, 512, 1024)):
+    """A RemovalResult whose window w needs N = needs[w][i] at lengths[i] (increase 0.5 below it,
+    0 from it on), in both modes."""
+    lengths = list(lengths)
+    grids = {L: R.n_grid_for(L, [math.isqrt(L - 1) + 1]) for L in lengths}
+
+    def per_window(needs):
+        return {L: [[0.5 if n < need[i] else 0.0 for need in needs] for n in grids[L]]
+                for i, L in enumerate(lengths)}
+
+    by_window = {"delete": per_window(needs_delete), "renormalise": per_window(needs_renorm)}
+    increase = {m: {L: [sum(r) / len(r) for r in rows] for L, rows in per.items()} for m, per in by_window.items()}
+    return R.RemovalResult(lengths=lengths, grids=grids, increase=increase, increase_se={},
+                           output_change={}, full_nll={}, targets=8, windows=len(needs_delete),
+                           increase_by_window=by_window)
+
+
+def test_claim_intervals_resample_the_windows():
+    """Windows that agree give a point interval at the pooled value; windows that disagree give
+    an interval spanning what subsets of them measure, and the pooled value lies inside it."""
+    sqrt_size = lambda L: math.isqrt(L - 1) + 1                                 # noqa: E731
+    same = _windows_result([[4, 8, 16, 32]] * 4, [[2, 4, 8, 16]] * 4)
+    got = R.claim_intervals(same, {L: None for L in same.lengths}, 0.05, sqrt_size, "x", resamples=200)
+    pooled = R.claim_values(same, {L: None for L in same.lengths}, 0.05, sqrt_size, "x")
+    e = pooled["ALT-REM-size"][0]["grows"]
+    assert got["ALT-REM-size"]["grows"].low == got["ALT-REM-size"]["grows"].high == e == 1.0
+    assert got["ALT-REM-predict"] == {}, "no critical N: log_ratio is None on every resample"
+    assert set(got["ALT-TOPK"]) == {"sqrt_loss", "exponent"} and got["ALT-TOPK"]["exponent"].n == 4
+    mixed = _windows_result([[4, 8, 16, 32], [4, 8, 16, 32], [8, 8, 8, 8], [4, 16, 64, 256]],
+                            [[2, 4, 8, 16]] * 4)
+    got = R.claim_intervals(mixed, {L: None for L in mixed.lengths}, 0.05, sqrt_size, "x", resamples=400)
+    iv = got["ALT-REM-size"]["grows"]
+    alone = [mixed.for_windows([w]).exponent(0.05) for w in range(4)]
+    assert min(alone) <= iv.low < iv.high <= max(alone)
+    assert iv.low <= mixed.exponent(0.05) <= iv.high
+    again = R.claim_intervals(mixed, {L: None for L in mixed.lengths}, 0.05, sqrt_size, "x", resamples=400)
+    assert again == got, "a fixed seed: the same intervals"

@@ -8,9 +8,12 @@ statistic of each of ``resamples`` resamples gives a distribution whose ``(1 - l
 a resample (the heads of one window share that window's text), so the interval reflects the
 variability between units, not between heads.
 
-All resamples are drawn at once (indices [resamples, n] from a generator with a fixed seed) and
-the statistic is applied to the resampled tensor [resamples, n, ...] in chunks: no Python loop
-over resamples. The same seed, data and statistic always give the same interval.
+All resamples are drawn at once (indices [resamples, n] from a generator with a fixed seed).
+:func:`bootstrap_interval` applies a tensor statistic to the resampled data [resamples, n, ...] in
+chunks, with no Python loop over resamples. :func:`bootstrap_values` is for statistics that are
+not tensor functions (a threshold crossing on a grid followed by a fit, say): it calls a function
+of the resample's unit indices once per resample, for several statistics at once. The same seed,
+data and statistic always give the same interval.
 
 :class:`Interval` is what a ledger row records (:func:`normlimits.claims.make_row`'s
 ``intervals``): the bounds, and the resampling that produced them.
@@ -25,7 +28,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["RESAMPLES", "LEVEL", "SEED", "UNITS", "Interval", "resample_indices",
-           "bootstrap_interval", "median_of_means", "mean_of_means"]
+           "bootstrap_interval", "bootstrap_values", "median_of_means", "mean_of_means"]
 
 #: resamples per interval (issue 31 asks for at least 2,000)
 RESAMPLES = 2000
@@ -106,6 +109,33 @@ def bootstrap_interval(per_unit, statistic: Callable[[Tensor], Tensor], *, unit:
     tail = (1 - level) / 2
     low, high = torch.quantile(finite, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
     return Interval(low, high, int(data.shape[0]), unit, int(resamples), float(level), int(seed))
+
+
+def bootstrap_values(n: int, values_of: Callable[[list[int]], dict], keys, *, unit: str = "window",
+                     resamples: int = RESAMPLES, level: float = LEVEL,
+                     seed: int = SEED) -> dict[str, Interval]:
+    """Percentile intervals of several statistics computed from the same resamples of ``n``
+    units: ``values_of(indices)`` gets one resample's unit indices (a list of n, with repeats)
+    and returns a dict holding a number (or None/NaN: left out) for each of ``keys``. Returns
+    ``{key: Interval}`` for every key with at least one number."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1) (got {level})")
+    keys = list(keys)
+    drawn = {k: [] for k in keys}
+    for row in resample_indices(n, resamples, seed).tolist():
+        got = values_of(row)
+        for k in keys:
+            v = got[k]
+            if v is not None and v == v:
+                drawn[k].append(float(v))
+    tail = (1 - level) / 2
+    out = {}
+    for k, vs in drawn.items():
+        if vs:
+            low, high = torch.quantile(torch.tensor(vs, dtype=torch.float64),
+                                       torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
+            out[k] = Interval(low, high, int(n), unit, int(resamples), float(level), int(seed))
+    return out
 
 
 def _checked(values: Tensor, count: int) -> Tensor:

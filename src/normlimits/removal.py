@@ -67,6 +67,7 @@ from torch import Tensor
 
 from .attention_tap import expand_heads, switched
 from .capture import output_projections
+from .bootstrap import RESAMPLES, SEED, Interval, bootstrap_values
 from .fits import loglog_fit
 
 __all__ = [
@@ -621,3 +622,28 @@ def claim_values(removal: RemovalResult, critical: dict, tau: float, sqrt_size, 
                      f"nats at $L$ = {lengths}; $k$ needed ($N^*_\\tau$ renormalised) {n_ren}, exponent {e_ren:.2f}",
                      None),
     }
+
+
+
+#: the claims :func:`claim_values` grades, in order
+REMOVAL_CLAIMS = ("ALT-REM-size", "ALT-REM-renorm", "ALT-REM-predict", "ALT-TOPK")
+
+
+def claim_intervals(removal: RemovalResult, critical: dict, tau: float, sqrt_size, protocol: str, *,
+                    resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, dict[str, Interval]]:
+    """Percentile bootstrap intervals over the corpus windows of every value :func:`claim_values`
+    grades: each resample of the windows (drawn with repeats) is measured as
+    :meth:`RemovalResult.for_windows` measures a set of windows (mean increase over the drawn
+    windows, then ``N*_tau``, its exponent, the ratio, the top-k loss), Figure 2c's ``critical``
+    held fixed (another experiment's numbers). Returns ``{claim id: {criterion key: Interval}}``
+    (a criterion whose value is None on every resample gets none)."""
+    def values_of(rows: list[int]) -> dict:
+        drawn = claim_values(removal.for_windows(rows), critical, tau, sqrt_size, protocol)
+        return {(cid, key): value for cid in REMOVAL_CLAIMS for key, value in drawn[cid][0].items()}
+
+    keys = list(values_of(list(range(removal.windows))))
+    found = bootstrap_values(removal.windows, values_of, keys, resamples=resamples, seed=seed)
+    out: dict[str, dict[str, Interval]] = {cid: {} for cid in REMOVAL_CLAIMS}
+    for (cid, key), interval in found.items():
+        out[cid][key] = interval
+    return out

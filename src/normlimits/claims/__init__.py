@@ -135,6 +135,8 @@ class Graded:
                              c["kind"])
             kind = " (identity)" if c["kind"] == "identity" else ""
             passed = {True: "yes", False: "no", None: "not measured"}.get(c["passed"], str(c["passed"]))
+            if "decision" in c:            # decided on the whole interval (issue 31)
+                passed = {"pass": "yes", "fail": "no", "undecided": "undecided"}[c["decision"]]
             cells.append([f"<code>{html.escape(c['key'])}</code>{kind}", inline_html(c["statistic"]),
                           html.escape(with_interval(c["value"], c.get("interval"), 4)),
                           html.escape(crit.describe()), html.escape(passed)])
