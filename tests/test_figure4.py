@@ -82,3 +82,20 @@ def test_ordering_readings_separate_the_pairs():
     assert np.allclose(ratios.iloc[:, 0], np.where(c.t[below] < 0.01, 0.9, 1.1))
     assert np.allclose(ratios.iloc[:, 1], 5.0)
     assert ((ratios.iloc[:, 0] >= 1 - 1e-3).mean()) == pytest.approx(s["ordered_pairs"][0])
+
+
+def test_every_band_of_figure4_names_what_it_is():
+    """Issue 31 item 6: a band says what it is in the legend (the audit's report shows this
+    figure without the chapter's caption)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+
+    fig = F4.plot_figure4(F4.curves(_profile(lambda t, e: 0.25 / t)))
+    bands = [c for ax in fig.axes for c in ax.collections if isinstance(c, PolyCollection)]
+    assert bands and all(b.get_label() == "g, range over heads (band)" for b in bands)
+    legend = next(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)
+    assert "g, range over heads (band)" in [t.get_text() for t in legend.get_texts()]
+    plt.close(fig)

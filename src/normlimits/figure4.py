@@ -158,7 +158,8 @@ def plot_figure4(c: Curves):
     tt = torch.as_tensor(c.t)
     for k, (e, ax) in enumerate(zip(c.eps, axes)):
         heads = c.g_heads[:, k]
-        ax.fill_between(c.t, heads.min(-1), heads.max(-1), color=colours[k], alpha=0.2, lw=0)
+        ax.fill_between(c.t, heads.min(-1), heads.max(-1), color=colours[k], alpha=0.2, lw=0,
+                        label="g, range over heads (band)")
         ax.plot(c.t, heads.max(-1), color=colours[k], marker="o", ms=3, label="g, max over heads")
         ax.plot(c.t, np.median(heads, -1), color=colours[k], ls="--", lw=1, label="g, median head")
         ax.plot(c.t, c.norm, color="0.45", lw=1.5, label=r"$\|J\|_2$ (mean over rows)")
