@@ -203,3 +203,14 @@ def test_the_graded_display_shows_each_interval_and_its_decision():
     assert "verdict-inconclusive" in text and "-0.9500 [-1.000, -0.8500]" in text
     cells = text.split("<code>exponent</code>")[1].split("</tr>")[0]
     assert "undecided" in cells and ">yes<" not in cells
+
+
+def test_units_to_decide_scales_the_half_width_as_one_over_root_n():
+    iv = B.Interval(0.0, 0.4, 8)                            # half-width 0.2 around 0.2
+    assert B.units_to_decide(iv, 0.2, 0.1) == 32             # gap 0.1: (0.2 / 0.1)^2 * 8
+    assert B.units_to_decide(iv, 0.2, 0.2) == math.inf       # on the threshold: never
+    assert B.units_to_decide(iv, 0.2, -0.1) == 8             # already clear
+
+
+def test_a_criterion_decides_on_an_interval_object_as_on_a_pair():
+    assert LE.decide(B.Interval(0.05, 0.2, 8)) == LE.decide((0.05, 0.2)) == "undecided"

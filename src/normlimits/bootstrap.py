@@ -21,6 +21,7 @@ data and statistic always give the same interval.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -28,7 +29,8 @@ import torch
 from torch import Tensor
 
 __all__ = ["RESAMPLES", "LEVEL", "SEED", "UNITS", "Interval", "resample_indices",
-           "bootstrap_interval", "bootstrap_values", "median_of_means", "mean_of_means"]
+           "bootstrap_interval", "bootstrap_values", "median_of_means", "mean_of_means",
+           "units_to_decide"]
 
 #: resamples per interval (issue 31 asks for at least 2,000)
 RESAMPLES = 2000
@@ -156,3 +158,17 @@ def median_of_means(resampled: Tensor) -> Tensor:
 def mean_of_means(resampled: Tensor) -> Tensor:
     """[R, n, ...] -> [R]: the mean over the units and everything else."""
     return resampled.reshape(resampled.shape[0], -1).mean(-1)
+
+
+def units_to_decide(interval: Interval, value: float, threshold: float) -> float:
+    """Roughly how many units would make ``interval`` (around ``value``) clear ``threshold``,
+    assuming its half-width shrinks as ``1/sqrt(n)``: ``n * (half-width / |value - threshold|)^2``,
+    rounded up; ``inf`` when ``value`` sits on the threshold (then no count decides it), and
+    ``interval.n`` when it already clears it."""
+    half = (interval.high - interval.low) / 2
+    gap = abs(float(value) - float(threshold))
+    if gap == 0:
+        return math.inf
+    if interval.low > threshold or interval.high < threshold:
+        return float(interval.n)
+    return float(math.ceil(interval.n * (half / gap) ** 2))

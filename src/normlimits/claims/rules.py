@@ -99,9 +99,10 @@ class Criterion:
                 "outside": lambda: not (t[0] <= v <= t[1])}[self.op]()
 
     def decide(self, interval) -> str:
-        """``"pass"`` when every value of ``interval`` ``(low, high)`` meets the test, ``"fail"``
-        when none does, ``"undecided"`` when it straddles the threshold."""
-        low, high = (float(x) for x in interval)
+        """``"pass"`` when every value of ``interval`` (a ``(low, high)`` pair or a
+        :class:`normlimits.bootstrap.Interval`) meets the test, ``"fail"`` when none does,
+        ``"undecided"`` when it straddles the threshold."""
+        low, high = _bounds(interval)
         if not low <= high:
             raise ValueError(f"criterion {self.key!r}: interval [{low}, {high}] must have low <= "
                              "high, both numbers")
