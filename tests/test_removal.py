@@ -506,3 +506,9 @@ def test_claim_intervals_resample_the_windows():
     assert iv.low <= mixed.exponent(0.05) <= iv.high
     again = R.claim_intervals(mixed, {L: None for L in mixed.lengths}, 0.05, sqrt_size, "x", resamples=400)
     assert again == got, "a fixed seed: the same intervals"
+
+
+def test_claim_intervals_need_two_windows():
+    one = _windows_result([[4, 8, 16, 32]], [[2, 4, 8, 16]])
+    got = R.claim_intervals(one, {L: None for L in one.lengths}, 0.05, lambda L: math.isqrt(L - 1) + 1, "x")
+    assert got == {cid: {} for cid in R.REMOVAL_CLAIMS}

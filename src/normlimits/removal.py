@@ -636,7 +636,11 @@ def claim_intervals(removal: RemovalResult, critical: dict, tau: float, sqrt_siz
     :meth:`RemovalResult.for_windows` measures a set of windows (mean increase over the drawn
     windows, then ``N*_tau``, its exponent, the ratio, the top-k loss), Figure 2c's ``critical``
     held fixed (another experiment's numbers). Returns ``{claim id: {criterion key: Interval}}``
-    (a criterion whose value is None on every resample gets none)."""
+    (a criterion whose value is None on every resample gets none; with fewer than 2 windows no
+    interval can be given, and every claim gets none)."""
+    if removal.windows < 2:
+        return {cid: {} for cid in REMOVAL_CLAIMS}
+
     def values_of(rows: list[int]) -> dict:
         drawn = claim_values(removal.for_windows(rows), critical, tau, sqrt_size, protocol)
         return {(cid, key): value for cid in REMOVAL_CLAIMS for key, value in drawn[cid][0].items()}
