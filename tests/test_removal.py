@@ -512,3 +512,30 @@ def test_claim_intervals_need_two_windows():
     one = _windows_result([[4, 8, 16, 32]], [[2, 4, 8, 16]])
     got = R.claim_intervals(one, {L: None for L in one.lengths}, 0.05, lambda L: math.isqrt(L - 1) + 1, "x")
     assert got == {cid: {} for cid in R.REMOVAL_CLAIMS}
+
+
+def test_the_chapter_sentences_on_intervals_for_8_2_and_1_windows():
+    """What the alternatives chapter glues about the intervals and the window counts: the
+    intervals themselves on 8 windows, the lattice case (a value on its threshold: no window
+    count decides it), too few windows for half, and one window (no intervals at all)."""
+    sqrt_size = lambda L: math.isqrt(L - 1) + 1                                 # noqa: E731
+    crit = {128: 12, 256: 32, 512: 40, 1024: 80}
+    needs = [[4, 8, 16, 4], [4, 8, 16, 4], [8, 8, 8, 8], [4, 16, 64, 4]]
+    eight = _windows_result(needs * 2, [[2, 4, 8, 16]] * 8)
+    ivs = R.claim_intervals(eight, crit, 0.05, sqrt_size, "x")
+    text = R.interval_sentence(ivs, 8)
+    size = ivs["ALT-REM-size"]["grows"]
+    assert f"[{size.low:.2f}, {size.high:.2f}]" in text and "2,000 resamples of the 8 windows" in text
+    said = R.undecided_sentence(eight, ivs, crit, 0.05, sqrt_size, "x")
+    assert "ALT-REM-predict's criterion 'log_ratio'" in said and "on the first 4" in said
+    assert "windows would decide it" in said
+    two = _windows_result(needs[:1] + needs[2:3], [[2, 4, 8, 16]] * 2)
+    ivs = R.claim_intervals(two, crit, 0.05, sqrt_size, "x")
+    said = R.undecided_sentence(two, ivs, crit, 0.05, sqrt_size, "x")
+    assert "ALT-REM-size's criterion 'grows' is 0.10" in said and "no number of windows decides it" in said
+    assert "too few windows for an interval on half of them" in said
+    one = _windows_result(needs[:1], [[2, 4, 8, 16]])
+    ivs = R.claim_intervals(one, crit, 0.05, sqrt_size, "x")
+    assert "no interval can be given" in R.interval_sentence(ivs, 1)
+    assert R.undecided_sentence(one, ivs, crit, 0.05, sqrt_size, "x") == \
+        "No verdict of this experiment is inconclusive."

@@ -67,7 +67,8 @@ from torch import Tensor
 
 from .attention_tap import expand_heads, switched
 from .capture import output_projections
-from .bootstrap import RESAMPLES, SEED, Interval, bootstrap_values
+from .claims import claim
+from .bootstrap import RESAMPLES, SEED, Interval, bootstrap_values, units_to_decide
 from .fits import loglog_fit
 
 __all__ = [
@@ -651,3 +652,55 @@ def claim_intervals(removal: RemovalResult, critical: dict, tau: float, sqrt_siz
     for (cid, key), interval in found.items():
         out[cid][key] = interval
     return out
+
+def interval_sentence(intervals: dict[str, dict[str, Interval]], windows: int) -> str:
+    """The chapter's sentence on the removal claims' intervals (:func:`claim_intervals`), or why
+    there are none."""
+    if windows < 2:
+        return ("With one window no interval can be given: these claims are graded on the one "
+                "window's values, and their rows carry no interval.")
+    size, ratio = intervals["ALT-REM-size"]["grows"], intervals["ALT-REM-renorm"]["halves"]
+    loss, exponent = intervals["ALT-TOPK"]["sqrt_loss"], intervals["ALT-TOPK"]["exponent"]
+    return (f"Each of these claims' statistics gets a {size.level:.0%} percentile bootstrap interval "
+            f"over the windows ({size.resamples:,} resamples of the {windows} windows, drawn with "
+            "repeats, each measured as the pooled experiment is: mean loss increase over the drawn "
+            "windows, then N*_τ and the fits; Figure 2c's critical N is held fixed; "
+            f"normlimits.bootstrap): the exponent of N*_τ lies in [{size.low:.2f}, {size.high:.2f}], "
+            f"the renormalised-to-deleted ratio in [{ratio.low:.2f}, {ratio.high:.2f}], the largest "
+            f"top-⌈√L⌉ loss in [{loss.low:.3f}, {loss.high:.3f}] nats and the exponent of the k "
+            f"needed in [{exponent.low:.2f}, {exponent.high:.2f}].")
+
+
+def undecided_sentence(removal: RemovalResult, intervals: dict[str, dict[str, Interval]],
+                       critical: dict, tau: float, sqrt_size, protocol: str) -> str:
+    """For every undecided criterion of an inconclusive removal claim (issue 31 item 3): its
+    interval on all windows and on the first half of them, and roughly how many windows would
+    decide it (:func:`normlimits.bootstrap.units_to_decide`), or that none would, when the value
+    sits on the threshold itself."""
+    half = list(range(removal.windows // 2))
+    half_intervals = (claim_intervals(removal.for_windows(half), critical, tau, sqrt_size, protocol)
+                      if half else {cid: {} for cid in REMOVAL_CLAIMS})
+    values = claim_values(removal, critical, tau, sqrt_size, protocol)
+    parts = []
+    for cid in REMOVAL_CLAIMS:
+        v, ivs, rule = values[cid][0], intervals[cid], claim(cid).rule
+        if not ivs or rule.grade(v, ivs) != "inconclusive":
+            continue
+        for c in rule.criteria:
+            if c.key not in ivs or c.decide(ivs[c.key]) != "undecided":
+                continue
+            iv, small = ivs[c.key], half_intervals[cid].get(c.key)
+            edge = (min(c.threshold, key=lambda t: abs(t - v[c.key])) if isinstance(c.threshold, tuple)
+                    else c.threshold)
+            need = units_to_decide(iv, v[c.key], edge)
+            parts.append(
+                f"{cid}'s criterion '{c.key}' is {v[c.key]:.2f} [{iv.low:.2f}, {iv.high:.2f}] on "
+                f"{iv.n} windows"
+                + (f" and [{small.low:.2f}, {small.high:.2f}] on the first {small.n}; " if small is not None
+                   else " (too few windows for an interval on half of them); ")
+                + (f"its value sits on the threshold {edge:g} itself (N*_τ lies on a grid of powers of "
+                   "two, so this statistic takes values on a lattice), and no number of windows "
+                   "decides it under this rule" if need == math.inf else
+                   f"if the interval narrows as 1/√n, about {need:.0f} windows would decide it"))
+    return ("How many windows would decide it: " + "; ".join(parts) + "." if parts
+            else "No verdict of this experiment is inconclusive.")
