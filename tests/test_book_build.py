@@ -32,12 +32,12 @@ def test_ledger_json_has_one_valid_row_per_registered_claim(built_book):
 
 
 def test_a_reader_regrades_the_ledger_from_its_recorded_statistics(built_book):
-    """Every verdict follows from the row's own criteria, values and outcomes, and the rule in the
-    row is the registered one (a chapter cannot grade by a rule of its own)."""
+    """Every verdict follows from the row's own criteria, values, intervals and outcomes, and the rule
+    in the row is the registered one (a chapter cannot grade by a rule of its own, nor record a
+    decision its intervals do not give)."""
     for row in _rows(built_book):
         assert claims.regrade(row) == row["verdict"], row["id"]
-        registered = claims.claim(row["id"]).rule.to_row(
-            {c["key"]: c["value"] for c in row["criteria"]})
+        registered = claims.registered_row(row)
         for field in ("rule", "criteria", "outcomes", "headline", "verdict"):
             assert registered[field] == row[field], (row["id"], field)
 

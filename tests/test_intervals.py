@@ -172,6 +172,21 @@ def test_a_registered_claim_with_a_straddling_interval_is_inconclusive_and_the_l
                         intervals={"exponent": (-1.1, -0.95)})
 
 
+def test_a_row_with_intervals_is_what_its_registered_rule_gives_and_a_forged_decision_is_not():
+    """The check the build and record_variant apply (claims.registered_row) reads the criteria's
+    intervals too: without them an inconclusive row would look graded by another rule (CI failed
+    on this with ALT-REM-size), and with them a row claiming 'pass' for a straddling criterion is
+    caught."""
+    row = claims.make_row("NU", _nu_values(-0.95), "m", chapter="vanishing", model="x",
+                          intervals={"exponent": B.Interval(-1.0, -0.85, 8)})
+    registered = claims.registered_row(row)
+    for field in ("rule", "criteria", "outcomes", "headline", "verdict"):
+        assert registered[field] == row[field], field
+    assert registered["verdict"] == "inconclusive"
+    criteria = [{**c, "decision": "pass"} if c["key"] == "exponent" else c for c in row["criteria"]]
+    assert claims.registered_row({**row, "criteria": criteria})["criteria"] != criteria
+
+
 def test_values_of_index_rows_give_the_same_interval_as_the_tensor_path():
     """bootstrap_values (one call per resample, several statistics) and bootstrap_interval (a
     tensor statistic) draw the same resamples: the same intervals; None/NaN are left out."""

@@ -123,6 +123,21 @@ def test_record_variant_refuses_a_row_graded_by_another_rule(toy_book):
     assert again["variant"] == "a; b"
 
 
+def test_record_variant_takes_a_row_graded_with_intervals(toy_book):
+    """A replica's row graded with bootstrap intervals (an inconclusive one here) is the registered
+    rule's row for its values and intervals, so it is recorded; its decisions forged are not."""
+    from normlimits.bootstrap import Interval
+
+    root, _ = toy_book
+    row = claims.make_row("NU", {"exponent": -0.95, "entropy": 0.95, "regime": 0.8}, "m",
+                          chapter="toy", model="x", intervals={"exponent": Interval(-1.0, -0.85, 8)})
+    assert row["verdict"] == "inconclusive"
+    assert claims.record_variant("toy", row, "other")["verdict"] == "inconclusive"
+    criteria = [{**c, "decision": "pass"} if c["key"] == "exponent" else c for c in row["criteria"]]
+    with pytest.raises(ValueError, match="not what the registered rule gives"):
+        claims.record_variant("toy", {**row, "criteria": criteria, "verdict": "confirmed"}, "other")
+
+
 def test_a_replica_whose_prose_pastes_an_unglued_key_fails(toy_book, monkeypatch):
     """A reader re-executing the chapter would see a hole in the prose: the replica says which key."""
     import jupytext

@@ -265,6 +265,15 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
     return Graded(row)
 
 
+def registered_row(row: Mapping) -> dict:
+    """The row the registered rule of ``row``'s claim gives for the row's own recorded values and
+    criterion intervals: what a faithful recording of those statistics looks like (its rule,
+    criteria with their decisions, outcomes, headline and verdict)."""
+    criteria = row["criteria"]
+    return claim(row["id"]).rule.to_row({c["key"]: c["value"] for c in criteria},
+                                         {c["key"]: c["interval"] for c in criteria if "interval" in c})
+
+
 def record_variant(chapter: str, row: Mapping, variant: str) -> dict:
     """Record ``row``, a ledger row measured elsewhere (a replica of the chapter on another model,
     :mod:`normlimits.replicas`), in ``chapter``'s ledger under ``variant``; returns the written row.
@@ -278,7 +287,7 @@ def record_variant(chapter: str, row: Mapping, variant: str) -> dict:
 
     if not str(variant).strip():
         raise ValueError(f"claim {row.get('id')!r}: a recorded variant needs a name")
-    registered = claim(row["id"]).rule.to_row({c["key"]: c["value"] for c in row["criteria"]})
+    registered = registered_row(row)
     for name in ("rule", "criteria", "outcomes", "headline", "verdict"):
         if registered[name] != row[name]:
             raise ValueError(f"claim {row['id']}: the row's {name} is not what the registered rule "
