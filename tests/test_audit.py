@@ -280,6 +280,10 @@ def test_vanishing_equals_the_chapter(captures):
     assert values["entropy"] == pytest.approx(float(heads["entropy_ratio_last"].median()), abs=0)
     assert values["regime"] == pytest.approx(V.non_vanishing_report(heads, stats)["bite_fraction"], abs=0)
     assert -1.2 < values["exponent"] < -0.5        # a random model's weights do vanish
+    # the same intervals as the chapter (one policy): bootstrap over the two windows
+    intervals = V.nu_intervals(stats)
+    assert {c["key"]: c["interval"] for c in nu["criteria"]} == {k: iv.bounds for k, iv in intervals.items()}
+    assert nu["resampling"]["unit"] == "window" and nu["resampling"]["n"] == 2
 
 
 def test_critical_n_equals_critical_n_search(captures):

@@ -187,6 +187,22 @@ def test_a_row_with_intervals_is_what_its_registered_rule_gives_and_a_forged_dec
     assert claims.registered_row({**row, "criteria": criteria})["criteria"] != criteria
 
 
+def test_a_row_recorded_again_from_its_recorded_intervals_is_the_same_row():
+    """The architectures chapter records the audit's rows again: claims.recorded_intervals gives
+    back the Interval objects, so the second row keeps the first's intervals, resampling and
+    verdict (without them an inconclusive audit row would be recorded as refuted)."""
+    planted = {"exponent": B.Interval(-1.0, -0.85, 8, resamples=500, seed=4)}
+    row = claims.make_row("NU", _nu_values(-0.95), "m", chapter="audit", model="x", intervals=planted)
+    assert claims.recorded_intervals(row) == planted
+    again = claims.make_row("NU", _nu_values(-0.95), "m", chapter="architectures", model="x",
+                            intervals=claims.recorded_intervals(row))
+    assert {k: again[k] for k in ("criteria", "verdict", "resampling", "interval")} == \
+        {k: row[k] for k in ("criteria", "verdict", "resampling", "interval")}
+    assert again["verdict"] == "inconclusive"
+    bare = claims.make_row("NU", _nu_values(-0.95), "m", chapter="audit", model="x")
+    assert claims.recorded_intervals(bare) == {}
+
+
 def test_values_of_index_rows_give_the_same_interval_as_the_tensor_path():
     """bootstrap_values (one call per resample, several statistics) and bootstrap_interval (a
     tensor statistic) draw the same resamples: the same intervals; None/NaN are left out."""

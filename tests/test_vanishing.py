@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 import pytest
 import sympy as sp
@@ -425,3 +426,58 @@ def test_non_vanishing_report_names_sinks_and_handles_empty_groups(tiny_loaded):
     report = V.non_vanishing_report(heads, stats)
     assert report["sink_sentence"].startswith("1 of the 1 non-vanishing heads")
     assert 0.0 <= report["bite_fraction"] <= 1.0 and len(report["table"]) == 1
+
+
+# ------------------------------------------------------------------------ NU's intervals (issue 31)
+def _random_stacked(windows: int, seed: int = 3):
+    gen = torch.Generator().manual_seed(seed)
+    return V.stack_statistics([V.sweep_queries_keys(torch.randn(2, 3, 32, 4, generator=gen) * 2,
+                                                    torch.randn(2, 3, 32, 4, generator=gen), 0.5,
+                                                    [8, 16, 32]) for _ in range(windows)])
+
+
+def _windows_of(stats, rows):
+    """The statistics of the windows ``rows`` (repeats allowed), [len(rows), layers, heads, G]."""
+    picked = {f.name: getattr(stats, f.name) for f in fields(V.RowStatistics)}
+    return V.RowStatistics(**{name: value[torch.as_tensor(rows)] if torch.is_tensor(value) and value.dim() == 4
+                              else value for name, value in picked.items()})
+
+
+def _nu_values(stats):
+    heads = V.head_summary(stats)
+    heads["head"] = [f"L{l}H{h}" for l, h in zip(heads["layer"], heads["head"])]
+    return {"exponent": float(heads["exponent"].median()),
+            "entropy": float(heads["entropy_ratio_last"].median()),
+            "regime": V.non_vanishing_report(heads, stats)["bite_fraction"]}
+
+
+def test_nu_intervals_are_the_chapters_statistics_over_resampled_windows():
+    """Each resample's statistic is what head_summary and non_vanishing_report give on the windows
+    drawn (with repeats): the quantiles of 7 resamples computed one by one equal the intervals."""
+    from normlimits import bootstrap as B
+
+    stats = _random_stacked(5)
+    got = V.nu_intervals(stats, resamples=7, seed=11)
+    per_resample = [_nu_values(_windows_of(stats, row)) for row in B.resample_indices(5, 7, 11)]
+    for key, interval in got.items():
+        drawn = torch.tensor([v[key] for v in per_resample], dtype=torch.float64)
+        low, high = torch.quantile(drawn, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+        assert interval.low == pytest.approx(low, abs=1e-12) and interval.high == pytest.approx(high, abs=1e-12), key
+        assert interval.n == 5 and interval.unit == "window" and interval.resamples == 7
+
+
+def test_nu_intervals_of_identical_windows_are_the_value_and_one_window_has_none():
+    one = _random_stacked(1)
+    assert V.nu_intervals(one) == {}
+    assert "single corpus window" in V.nu_interval_sentence(_nu_values(one), {})
+    same = _windows_of(one, [0, 0, 0, 0])
+    values = _nu_values(same)
+    for key, interval in V.nu_intervals(same, resamples=50).items():
+        assert interval.low == pytest.approx(values[key], abs=1e-12)
+        assert interval.high == pytest.approx(values[key], abs=1e-12)
+    spread = _random_stacked(6)
+    sentence = V.nu_interval_sentence(_nu_values(spread), V.nu_intervals(spread, resamples=200))
+    assert sentence.startswith("Resampling the 6 corpus windows (200 percentile bootstrap resamples, 95% level)")
+    assert "median exponent" in sentence and "[" in sentence
+    with pytest.raises(ValueError, match="stacked over windows"):
+        V.nu_intervals(V.sweep_queries_keys(torch.randn(3, 32, 4), torch.randn(3, 32, 4), 0.5, [8, 16, 32]))

@@ -515,6 +515,56 @@ def head_summary(stats: RowStatistics, sink_exponent: float = -0.5):
     return table
 
 
+def nu_intervals(stats: RowStatistics, **bootstrap_settings) -> dict:
+    """Percentile bootstrap intervals over the corpus windows of NU's three statistics, each
+    computed from a resample of windows exactly as :func:`head_summary` and
+    :func:`non_vanishing_report` compute it from all of them (a window's heads stay together).
+
+    ``stats`` stacked over windows [W, layers, heads, G]. Returns ``{"exponent", "entropy",
+    "regime"}`` -> :class:`normlimits.bootstrap.Interval`: the median over heads of the fitted
+    exponent of the resample's geometric-mean largest weight against L; the median over heads of
+    the mean entropy / log L at the largest L; the share of rows with L > e^(2 Delta/T). Empty
+    with fewer than two windows (nothing to resample). ``bootstrap_settings`` go to
+    :func:`normlimits.bootstrap.bootstrap_interval` (resamples, level, seed).
+    """
+    from normlimits import bootstrap as B
+
+    if stats.delta.dim() != 4:
+        raise ValueError("nu_intervals expects statistics stacked over windows: [W, layers, heads, G].")
+    if stats.delta.shape[0] < 2:
+        return {}
+    lengths = stats.lengths
+
+    def exponent(resampled: Tensor) -> Tensor:                      # [R, n, layers, heads, G]
+        fitted = loglog_fit(lengths, resampled.mean(1).exp()).exponent   # [R, layers, heads]
+        return fitted.reshape(fitted.shape[0], -1).quantile(0.5, dim=-1)
+
+    last = math.log(int(lengths[-1]))
+    bites = (torch.log(stats.keys) > 2 * stats.delta / stats.temperature).to(DTYPE)
+    return {
+        "exponent": B.bootstrap_interval(stats.max_weight.to(DTYPE).log(), exponent, **bootstrap_settings),
+        "entropy": B.bootstrap_interval(stats.entropy[..., -1].to(DTYPE) / last, B.median_of_means,
+                                        **bootstrap_settings),
+        "regime": B.bootstrap_interval(bites, B.mean_of_means, **bootstrap_settings),
+    }
+
+
+def nu_interval_sentence(values: dict, intervals: dict) -> str:
+    """NU's statistics with their intervals in a sentence for the prose ("95% bootstrap intervals
+    over the 8 windows: median exponent -0.41 [-0.47, -0.36], ..."), or why there are none."""
+    if not intervals:
+        return ("With a single corpus window there is nothing to resample, so the statistics carry "
+                "no interval and are graded on their values.")
+    first = next(iter(intervals.values()))
+    words = {"exponent": "median exponent {:.2f}", "entropy": "median entropy / log L {:.2f}",
+             "regime": "share of rows with L > e^(2Δ/T) {:.3f}"}
+    digits = {"exponent": 2, "entropy": 2, "regime": 3}
+    parts = [words[k].format(values[k]) + f" [{iv.low:.{digits[k]}f}, {iv.high:.{digits[k]}f}]"
+             for k, iv in intervals.items()]
+    return (f"Resampling the {first.n} corpus windows ({first.resamples:,} percentile bootstrap "
+            f"resamples, {first.level:.0%} level) gives " + "; ".join(parts) + ".")
+
+
 def non_vanishing_report(heads, stats: RowStatistics) -> dict:
     """What the chapter says about the heads whose largest weight does not vanish.
 

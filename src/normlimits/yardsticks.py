@@ -201,7 +201,7 @@ def vanishing(captures: Iterable, config: AuditConfig, model: str) -> Measured:
              f"{heads['exponent'].min():.2f} to {heads['exponent'].max():.2f} (median "
              f"{values['exponent']:.2f}); median entropy / log L at the largest L "
              f"{values['entropy']:.2f}; $L > e^{{2\\Delta/T}}$ in {values['regime']:.1%} of rows",
-             model),
+             model, intervals=V.nu_intervals(stats)),
         _row("C1", {"literal_outside": shares["literal"], "maxkey_outside": shares["paper"]},
              f"{int(stats.literal_outside.sum()):,} of {n_weights:,} weights break the bound with "
              f"the per-key $\\Delta_i$; {int(stats.paper_outside.sum()):,} with the max-key $\\Delta$",

@@ -205,6 +205,21 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
     return ledger.validate_row(row)
 
 
+def recorded_intervals(row: Mapping) -> dict:
+    """The criterion intervals a ledger row records, as :class:`normlimits.bootstrap.Interval`
+    objects with the row's ``resampling`` (what :func:`record` takes as ``intervals``, so a row
+    measured elsewhere, by the audit say, is recorded again with the uncertainty it was graded
+    with); empty for a row without intervals."""
+    from ..bootstrap import Interval
+
+    resampling = row.get("resampling")
+    if not resampling:
+        return {}
+    how = {k: resampling[k] for k in ("unit", "n", "resamples", "level", "seed")}
+    return {c["key"]: Interval(c["interval"][0], c["interval"][1], **how)
+            for c in row["criteria"] if "interval" in c}
+
+
 def _resampling(claim_id: str, intervals: Mapping | None) -> dict | None:
     """The one ``resampling`` block of a row's intervals (every interval of a row comes from the
     same resampling: :class:`normlimits.bootstrap.Interval`); None without intervals."""
