@@ -99,3 +99,51 @@ def test_every_band_of_figure4_names_what_it_is():
     legend = next(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)
     assert "g, range over heads (band)" in [t.get_text() for t in legend.get_texts()]
     plt.close(fig)
+
+
+# ------------------------------------------------------------ intervals over windows (issue 31)
+def _windowed_profile(windows=5, heads=4, seed=0):
+    """A real sensitivity profile of random logit blocks, one per window (same rows each)."""
+    from normlimits.jacobian import sensitivity_profile
+
+    gen = torch.Generator().manual_seed(seed)
+    blocks = [torch.randn(heads, 6, 16, generator=gen, dtype=torch.float64) * (1 + w)
+              for w in range(windows)]
+    return sensitivity_profile(blocks, default_temperatures(2, 1e-2, 1e2), seed=1)
+
+
+def test_the_profile_keeps_each_windows_sum_and_pools_them():
+    p = _windowed_profile()
+    assert p.g_window_sums.shape == (5, *p.g.shape) and p.window_rows.tolist() == [6.0] * 5
+    torch.testing.assert_close(p.g_window_sums.sum(0) / p.window_rows.sum(), p.g, rtol=1e-13, atol=0)
+
+
+def test_claim_intervals_are_the_statistics_of_resampled_windows_and_hold_the_estimate():
+    """Each resample's values are claim_values of the profile rebuilt from the drawn windows
+    alone (pooled rows, head maximum), so the intervals are those resamples' quantiles, widened
+    to the estimate where they miss it."""
+    from dataclasses import replace
+
+    from normlimits import bootstrap as B
+
+    p = _windowed_profile()
+    got = F4.claim_intervals(p, resamples=9, seed=4)
+    values = F4.claim_values(F4.curves(p))
+    assert set(got) == {"F4", "EPS", "LIM"} and set(got["F4"]) == {"low_slope", "collapse", "drop"}
+    drawn = []
+    for row in B.resample_indices(5, 9, 4):
+        g = p.g_window_sums[row].sum(0) / p.window_rows[row].sum()
+        drawn.append(F4.claim_values(F4.curves(replace(p, g=g))))
+    for cid, intervals in got.items():
+        for key, interval in intervals.items():
+            series = torch.tensor([d[cid][key] for d in drawn], dtype=torch.float64)
+            low, high = torch.quantile(series, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+            estimate = values[cid][key]
+            assert interval.low == pytest.approx(min(low, estimate), abs=1e-12), (cid, key)
+            assert interval.high == pytest.approx(max(high, estimate), abs=1e-12), (cid, key)
+            assert interval.widened == (not low <= estimate <= high)
+    sentence = F4.interval_sentence(values, got)
+    assert sentence.startswith("Resampling the 5 windows (9 bootstrap resamples")
+    one = _windowed_profile(windows=1)
+    assert F4.claim_intervals(one) == {} and "single window" in F4.interval_sentence(values, {})
+    assert F4.claim_intervals(_profile(lambda t, e: 0.25 / t)) == {}      # no per-window sums

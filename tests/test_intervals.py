@@ -52,6 +52,35 @@ def test_interval_covers_the_mean_about_as_often_as_it_says():
     assert 0.88 <= hits / 200 <= 0.99
 
 
+def _max_of_means(resampled):
+    """[R, n, heads] -> [R]: the largest head's mean over the units (an extreme, biased upwards
+    under resampling with repeats)."""
+    return resampled.mean(1).amax(-1)
+
+
+def test_an_interval_always_contains_the_estimate_widened_only_when_the_percentiles_miss_it():
+    """Figure 4's statistics are maxima over heads of means over windows: with 20,000 equal heads of
+    pure noise resampling with repeats inflates every head's spread, so almost every resample's
+    maximum lies above the estimate (the largest head's mean over all windows): the plain
+    percentile interval
+    misses the estimate and is widened down to it; a mean is left alone."""
+    gen = torch.Generator().manual_seed(0)
+    noise = torch.randn(8, 20000, generator=gen, dtype=torch.float64)
+    estimate = float(noise.mean(0).max())
+    index = B.resample_indices(8, 500, seed=3)
+    drawn = noise[index].mean(1).amax(-1)
+    plain_low = float(torch.quantile(drawn, 0.025))
+    assert plain_low > estimate                                  # the percentile interval misses it
+    got = B.bootstrap_interval(noise, _max_of_means, resamples=500, seed=3)
+    assert got.widened and got.low == estimate and got.high == pytest.approx(float(torch.quantile(drawn, 0.975)))
+    by_values = B.bootstrap_values(8, lambda rows: {"max": float(noise[rows].mean(0).max())}, ["max"],
+                                   resamples=500, seed=3)["max"]
+    assert by_values.widened and by_values.low == pytest.approx(estimate, abs=1e-15)
+    mean = B.bootstrap_interval(noise, B.mean_of_means, resamples=500, seed=3)
+    assert not mean.widened and mean.low < float(noise.mean()) < mean.high
+    assert got.resampling()["method"] == B.METHOD == "percentile bootstrap, widened to the estimate"
+
+
 def test_heads_stay_inside_their_window():
     """Windows that differ only by a constant shift of every head: the interval reflects the
     spread between windows, not between heads (heads are never resampled apart)."""
@@ -155,7 +184,7 @@ def test_a_registered_claim_with_a_straddling_interval_is_inconclusive_and_the_l
     row = claims.make_row("NU", values, "m", chapter="vanishing", model="x", intervals=planted)
     assert row["verdict"] == "inconclusive"
     assert row["interval"] == [-1.0, -0.85]
-    assert row["resampling"] == {"method": "percentile bootstrap", "unit": "window", "n": 8,
+    assert row["resampling"] == {"method": B.METHOD, "unit": "window", "n": 8,
                                  "resamples": B.RESAMPLES, "level": B.LEVEL, "seed": B.SEED}
     decided = {"exponent": B.Interval(-1.0, -0.92, 8)}
     assert claims.make_row("NU", values, "m", chapter="vanishing", model="x",

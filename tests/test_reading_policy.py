@@ -117,3 +117,28 @@ def test_the_verdicts_page_counts_a_chosen_reading_apart():
     assert 'data-part="chosen" data-total="1"' in S.book_counts_html(rows)
     table = S.chapter_table_html(rows, None)
     assert "F2a (chosen reading)" in table and "Under each reading tried" in table
+
+
+def test_an_inconclusive_row_agrees_with_the_verdicts_its_interval_leaves_open():
+    """EPS on one model: the chapter's 8 windows leave `ordered` undecided (confirmed or
+    corrected), the survey's single window says corrected: no disagreement. A refuted row, which
+    no pass/fail of `ordered` can give, still disagrees; so do two decided rows that each agree
+    with the inconclusive one but not with each other."""
+    from normlimits.bootstrap import Interval
+
+    def eps(ordered, extremes, chapter, intervals=None, variant=None):
+        row = claims.make_row("EPS", {"ordered": ordered, "extremes": extremes}, "m", chapter=chapter,
+                              model=MODEL, intervals=intervals, variant=variant)
+        return row
+
+    chapter = eps(0.83, 1.0, "gradients", {"ordered": Interval(0.33, 1.0, 8), "extremes": Interval(1.0, 1.0, 8)})
+    assert chapter["verdict"] == "inconclusive"
+    assert claims.rules.row_possible_verdicts(chapter) == {"confirmed", "corrected"}
+    corrected = eps(0.83, 1.0, "architectures", variant="smollm2")
+    confirmed = eps(0.95, 1.0, "audit")
+    refuted = eps(0.5, 0.5, "audit")
+    assert ledger.inconsistent([chapter, corrected]) == []
+    assert ledger.inconsistent([chapter, confirmed]) == []
+    assert len(ledger.inconsistent([chapter, refuted])) == 1
+    found = ledger.inconsistent([chapter, corrected, confirmed])
+    assert len(found) == 1 and "corrected" in found[0] and "confirmed" in found[0]

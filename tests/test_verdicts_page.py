@@ -110,7 +110,7 @@ def test_interval_and_inconclusive_are_shown():
     "inconclusive" (a registered verdict since schema 2.0) with its own badge and count."""
     row = graded("NU", {"exponent": -0.85, "entropy": 0.5, "regime": 0.1}, REAL)
     row.update(interval=[-0.95, -0.7], verdict="inconclusive",
-               resampling={"method": "percentile bootstrap", "unit": "window", "n": 8,
+               resampling={"method": "percentile bootstrap, widened to the estimate", "unit": "window", "n": 8,
                            "resamples": 2000, "level": 0.95, "seed": 31})
     assert S.number_text(row) == "-0.850 [-0.950, -0.700]"
     assert S.verdict_order([row]) == list(claims.VERDICTS) and "inconclusive" in claims.VERDICTS

@@ -15,6 +15,13 @@ not tensor functions (a threshold crossing on a grid followed by a fit, say): it
 of the resample's unit indices once per resample, for several statistics at once. The same seed,
 data and statistic always give the same interval.
 
+An interval always contains the estimate (the statistic of all units, as the ledger records it):
+it is the hull of the percentile interval and the estimate. For smooth statistics (means,
+medians) this changes nothing; for extremes (a maximum over heads of means over windows, say)
+resamples with repeats are biased away from the estimate, and the plain percentile interval can
+miss the estimate altogether. Widening it can only make a criterion undecided, never decide one the
+percentile interval would not. ``Interval.widened`` says when it happened.
+
 :class:`Interval` is what a ledger row records (:func:`normlimits.claims.make_row`'s
 ``intervals``): the bounds, and the resampling that produced them.
 """
@@ -40,13 +47,16 @@ LEVEL = 0.95
 SEED = 31
 #: what can be resampled: corpus windows, training seeds, Monte Carlo draws
 UNITS = ("window", "seed", "draw")
+#: how every interval is computed (the ledger's ``resampling.method``)
+METHOD = "percentile bootstrap, widened to the estimate"
 
 
 @dataclass(frozen=True)
 class Interval:
     """A percentile bootstrap interval ``[low, high]`` of a statistic over ``n`` units of kind
     ``unit`` (one of :data:`UNITS`), from ``resamples`` resamples at coverage ``level`` with
-    generator seed ``seed``."""
+    generator seed ``seed``; ``widened``: the percentile interval missed the estimate and was
+    extended to it (:data:`METHOD`)."""
 
     low: float
     high: float
@@ -55,6 +65,7 @@ class Interval:
     resamples: int = RESAMPLES
     level: float = LEVEL
     seed: int = SEED
+    widened: bool = False
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -72,7 +83,7 @@ class Interval:
 
     def resampling(self) -> dict:
         """How the interval was computed, as a ledger row records it (``resampling``)."""
-        return {"method": "percentile bootstrap", "unit": self.unit, "n": int(self.n),
+        return {"method": METHOD, "unit": self.unit, "n": int(self.n),
                 "resamples": int(self.resamples), "level": float(self.level), "seed": int(self.seed)}
 
 
@@ -95,7 +106,9 @@ def bootstrap_interval(per_unit, statistic: Callable[[Tensor], Tensor], *, unit:
     ``per_unit`` [n, ...]: one slice per unit (float64 is used throughout). ``statistic`` maps a
     batch of resampled data [R, n, ...] to one value per resample [R] (it must treat the R axis as
     a batch: e.g. :func:`median_of_means`). ``chunk`` resamples are evaluated at a time (memory).
-    Resamples whose statistic is NaN are left out of the quantiles; if all are, this raises.
+    Resamples whose statistic is NaN are left out of the quantiles; if all are, this raises. The
+    interval is widened to contain the statistic of all units (the identity resample), when that
+    is a number (:data:`METHOD`).
     """
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1) (got {level})")
@@ -110,7 +123,16 @@ def bootstrap_interval(per_unit, statistic: Callable[[Tensor], Tensor], *, unit:
         raise ValueError("the statistic is NaN on every resample; it cannot be given an interval")
     tail = (1 - level) / 2
     low, high = torch.quantile(finite, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
-    return Interval(low, high, int(data.shape[0]), unit, int(resamples), float(level), int(seed))
+    estimate = float(_checked(statistic(data.unsqueeze(0)), 1)[0])
+    return _hull(low, high, estimate, n=int(data.shape[0]), unit=unit, resamples=int(resamples),
+                 level=float(level), seed=int(seed))
+
+
+def _hull(low: float, high: float, estimate: float, **settings) -> Interval:
+    """The Interval [low, high] widened to contain ``estimate`` (left alone when it is NaN)."""
+    if estimate == estimate and not low <= estimate <= high:
+        return Interval(min(low, estimate), max(high, estimate), widened=True, **settings)
+    return Interval(low, high, **settings)
 
 
 def bootstrap_values(n: int, values_of: Callable[[list[int]], dict], keys, *, unit: str = "window",
@@ -119,7 +141,8 @@ def bootstrap_values(n: int, values_of: Callable[[list[int]], dict], keys, *, un
     """Percentile intervals of several statistics computed from the same resamples of ``n``
     units: ``values_of(indices)`` gets one resample's unit indices (a list of n, with repeats)
     and returns a dict holding a number (or None/NaN: left out) for each of ``keys``. Returns
-    ``{key: Interval}`` for every key with at least one number."""
+    ``{key: Interval}`` for every key with at least one number, each widened to contain its
+    statistic on all units (``values_of(range(n))``; :data:`METHOD`)."""
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1) (got {level})")
     keys = list(keys)
@@ -131,12 +154,16 @@ def bootstrap_values(n: int, values_of: Callable[[list[int]], dict], keys, *, un
             if v is not None and v == v:
                 drawn[k].append(float(v))
     tail = (1 - level) / 2
+    estimates = values_of(list(range(n)))
     out = {}
     for k, vs in drawn.items():
         if vs:
             low, high = torch.quantile(torch.tensor(vs, dtype=torch.float64),
                                        torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
-            out[k] = Interval(low, high, int(n), unit, int(resamples), float(level), int(seed))
+            estimate = estimates[k]
+            estimate = float("nan") if estimate is None else float(estimate)
+            out[k] = _hull(low, high, estimate, n=int(n), unit=unit, resamples=int(resamples),
+                           level=float(level), seed=int(seed))
     return out
 
 

@@ -21,7 +21,8 @@ from .fits import loglog_fit
 from .jacobian import SensitivityProfile, paper_curve, sensitivity_envelope
 from .protocol import HIGH_T, SHARP_T
 
-__all__ = ["Curves", "curves", "nearest", "slope", "summary_table", "statistics", "limit_readings",
+__all__ = ["Curves", "curves", "nearest", "slope", "summary_table", "statistics", "claim_values",
+           "claim_intervals", "interval_sentence", "limit_readings",
            "plot_figure4", "plot_anatomy"]
 
 
@@ -110,6 +111,77 @@ def statistics(c: Curves, *, ordering_tolerance: float = 1e-3) -> dict[str, floa
             "ordered_pairs": [float(v) for v in pair_ordered[below].mean(axis=0)],
             "ordered_extremes": float(extremes[below].mean()),
             "closeness": float(np.min(g[sharp, 0] * 2 * c.t[sharp]))}
+
+
+def claim_values(c: Curves) -> dict[str, dict[str, float]]:
+    """The values F4, EPS and LIM are graded on (claim id -> criterion key -> value), from
+    :func:`statistics`: F4's ``low_slope`` (largest ``|slope + 1|`` below ``SHARP_T``),
+    ``collapse`` (spread at ``HIGH_T``) and ``drop`` (log10 of the smallest fall to T = 100);
+    EPS's ``ordered`` and ``extremes``; LIM's ``closeness``."""
+    st = statistics(c)
+    return {"F4": {"low_slope": st["low_slope_dev"], "collapse": st["spread_t1"],
+                   "drop": float(np.log10(st["drop_min"]))},
+            "EPS": {"ordered": st["ordered"], "extremes": st["ordered_extremes"]},
+            "LIM": {"closeness": st["closeness"]}}
+
+
+def claim_intervals(profile: SensitivityProfile, **bootstrap_settings) -> dict[str, dict]:
+    """Bootstrap intervals over the corpus windows of every value of :func:`claim_values`
+    (claim id -> criterion key -> :class:`normlimits.bootstrap.Interval`): each resample of
+    windows (with repeats) pools its windows' rows as the profile pools all of them (``g`` = the
+    drawn windows' summed ``g`` over their rows), takes the maximum over heads and reads the
+    statistics as the chapter does. These are extremes (maxima over heads, minima over T), which
+    resampling biases, so an interval may be widened to its estimate
+    (:data:`normlimits.bootstrap.METHOD`). Empty with fewer than two windows or a profile without
+    per-window sums. ``bootstrap_settings`` go to :func:`normlimits.bootstrap.bootstrap_values`."""
+    from dataclasses import replace
+
+    from . import bootstrap as B
+
+    sums, rows = profile.g_window_sums, profile.window_rows
+    if sums is None or rows is None or sums.shape[0] < 2:
+        return {}
+    base = curves(profile)
+    n_t, n_e = sums.shape[1:3]
+    names = [f"{cid}/{key}" for cid, values in claim_values(base).items() for key in values]
+
+    def values_of(drawn):
+        index = torch.as_tensor(drawn)
+        g = sums[index].sum(0) / rows[index].sum()
+        values = claim_values(replace(base, g=g.reshape(n_t, n_e, -1).amax(-1).numpy()))
+        return {name: values[name.split("/")[0]][name.split("/")[1]] for name in names}
+
+    out: dict[str, dict] = {}
+    for name, interval in B.bootstrap_values(int(sums.shape[0]), values_of, names,
+                                             **bootstrap_settings).items():
+        cid, key = name.split("/")
+        out.setdefault(cid, {})[key] = interval
+    return out
+
+
+def interval_sentence(values: dict[str, dict[str, float]], intervals: dict[str, dict]) -> str:
+    """The chapter's sentence on Figure 4's intervals (:func:`claim_intervals`), or why there are
+    none."""
+    if not intervals:
+        return ("With a single window there is nothing to resample: F4, EPS and LIM are graded on "
+                "their values and carry no interval.")
+    f4, eps, lim = intervals["F4"], intervals["EPS"], intervals["LIM"]
+    first = f4["low_slope"]
+    widened = sorted(f"{cid} {key}" for cid, ivs in intervals.items() for key, iv in ivs.items() if iv.widened)
+    words = (f"Resampling the {first.n} windows ({first.resamples:,} bootstrap resamples, each "
+             f"pooling its windows' rows as the figure pools all of them) gives {first.level:.0%} "
+             f"intervals: F4's largest distance from slope -1 {values['F4']['low_slope']:.2f} "
+             f"[{f4['low_slope'].low:.2f}, {f4['low_slope'].high:.2f}], its spread at T = {HIGH_T:g} "
+             f"{values['F4']['collapse']:.2f} [{f4['collapse'].low:.2f}, {f4['collapse'].high:.2f}], "
+             f"its log10 fall {values['F4']['drop']:.2f} [{f4['drop'].low:.2f}, {f4['drop'].high:.2f}]; "
+             f"EPS's ordered share {values['EPS']['ordered']:.2f} [{eps['ordered'].low:.2f}, "
+             f"{eps['ordered'].high:.2f}]; LIM's closeness {values['LIM']['closeness']:.3g} "
+             f"[{lim['closeness'].low:.3g}, {lim['closeness'].high:.3g}].")
+    if widened:
+        words += (" These statistics are maxima over heads and minima over temperatures, which "
+                  "resampling with repeats biases; where the percentiles missed the value itself the "
+                  f"interval was widened to it ({', '.join(widened)}).")
+    return words
 
 
 def ordering_ratios(c: Curves):

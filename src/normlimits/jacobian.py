@@ -724,7 +724,10 @@ class SensitivityProfile:
     Shapes (``H`` = the leading head dimensions of the logits, e.g. [layers, heads]):
     ``g`` [nT, nE, *H]: mean over rows of ``g(T, eps)``; ``g_linear`` [nT, *H]: mean of
     ``||J v||`` (the eps -> 0 limit); ``norm_mean`` / ``norm_max`` [nT, *H]: mean / max over rows
-    of the exact Jacobian spectral norm (relative accuracy 1e-10); ``rows``: rows averaged.
+    of the exact Jacobian spectral norm (relative accuracy 1e-10); ``rows``: rows averaged;
+    ``g_window_sums`` [W, nT, nE, *H] and ``window_rows`` [W]: each window's own sum over its rows
+    of ``g(T, eps)`` and its row count (``g`` is the sums' total over the rows' total), what a
+    bootstrap over windows resamples.
     """
 
     temperatures: Tensor
@@ -737,6 +740,8 @@ class SensitivityProfile:
     windows: int = 0
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
+    g_window_sums: Tensor | None = None
+    window_rows: Tensor | None = None
 
     def head_max(self, name: str = "g") -> Tensor:
         """Maximum over heads (all trailing head dimensions) of a statistic: [nT, nE] or [nT]."""
@@ -810,6 +815,8 @@ def sensitivity_profile(logit_blocks: Iterable[Tensor], temperatures=None, epsil
     gen = torch.Generator().manual_seed(int(seed))
     acc = _Accumulator(t, e)
     head_shape = None
+    window_sums: list[Tensor] = []
+    window_rows: list[int] = []
     for block in logit_blocks:
         if block.dim() < 2:
             raise ValueError("each logit block must be [..., rows, keys]")
@@ -824,6 +831,7 @@ def sensitivity_profile(logit_blocks: Iterable[Tensor], temperatures=None, epsil
         rows = block.shape[-2]
         per_row = max(1, block[..., 0, :].numel())
         step = row_chunk if row_chunk is not None else max(1, chunk_elements // per_row)
+        window_g = None
         for r0 in range(0, rows, step):
             r1 = min(rows, r0 + step)
             cols = visible[r0:r1].any(0).nonzero()
@@ -832,6 +840,9 @@ def sensitivity_profile(logit_blocks: Iterable[Tensor], temperatures=None, epsil
             stats = _row_stats(sub, t, e, directions[..., r0:r1, :width])
             for name, value in stats.items():
                 acc.add(name, value, reduce_max=(name == "norm_max"))
+            window_g = stats["g"] if window_g is None else window_g + stats["g"]
+        window_sums.append(window_g)
+        window_rows.append(rows)
         acc.rows += rows
         acc.windows += 1
     if head_shape is None:
@@ -839,7 +850,10 @@ def sensitivity_profile(logit_blocks: Iterable[Tensor], temperatures=None, epsil
     n = acc.rows
     s = acc.sums
     return SensitivityProfile(temperatures=t, epsilons=e, g=s["g"] / n, g_linear=s["g_linear"] / n,
-                              norm_mean=s["norm_mean"] / n, norm_max=acc.maxes["norm_max"], rows=n, windows=acc.windows, seconds=time.perf_counter() - start)
+                              norm_mean=s["norm_mean"] / n, norm_max=acc.maxes["norm_max"], rows=n,
+                              windows=acc.windows, seconds=time.perf_counter() - start,
+                              g_window_sums=torch.stack(window_sums),
+                              window_rows=torch.tensor(window_rows, dtype=torch.float64))
 
 
 def default_rows(length: int, count: int = 64) -> Tensor:

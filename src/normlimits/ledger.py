@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from .cache import atomic_write_json
-from .claims.rules import VERDICTS, regrade
+from .claims.rules import VERDICTS, regrade, row_possible_verdicts
 
 LEDGER_ENV = "NORMLIMITS_LEDGER_DIR"
 #: the ``tool`` of ``_build/ledger.json``
@@ -168,19 +168,22 @@ def inconsistent(rows: list[dict]) -> list[str]:
     a labelled variant graded on a chosen reading (``selection`` and ``variant``, written by
     :func:`normlimits.reading_table.gradings`), which is shown apart from the claim's own verdict.
     A model's name in ``variant`` (the architectures chapter's label) does not say why two gradings
-    of the same measurement differ, so it does not count as such a label."""
-    found, first = [], {}
+    of the same measurement differ, so it does not count as such a label. An inconclusive row
+    disagrees only with a verdict its undecided criteria could not give (the chapter's 8 windows
+    may leave EPS between confirmed and corrected where the survey's one window says corrected)."""
+    found, seen = [], {}
     for row in rows:
         if row.get("selection"):
             continue
-        key = (row["id"], row["model"])
-        if key not in first:
-            first[key] = row
-        elif first[key]["verdict"] != row["verdict"]:
-            found.append(f"{row_words(first[key])} and {row_words(row)} disagree: grade both on "
-                         "the book's primary reading (the same policy everywhere), or record the "
-                         "other grading as a labelled variant with a selection "
-                         "(normlimits.reading_table.gradings)")
+        earlier = seen.setdefault((row["id"], row["model"]), [])
+        for other in earlier:
+            if (other["verdict"] != row["verdict"]
+                    and not row_possible_verdicts(other) & row_possible_verdicts(row)):
+                found.append(f"{row_words(other)} and {row_words(row)} disagree: grade both on "
+                             "the book's primary reading (the same policy everywhere), or record "
+                             "the other grading as a labelled variant with a selection "
+                             "(normlimits.reading_table.gradings)")
+        earlier.append(row)
     return found
 
 

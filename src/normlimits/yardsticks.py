@@ -377,17 +377,17 @@ def jacobian(captures: Iterable, config: AuditConfig, model: str) -> Measured:
                                     seed=config.direction_seed)
     curves = F4.curves(profile)
     st = F4.statistics(curves)
-    values = {"low_slope": st["low_slope_dev"], "collapse": st["spread_t1"],
-              "drop": float(np.log10(st["drop_min"]))}
+    values = F4.claim_values(curves)["F4"]
+    intervals = F4.claim_intervals(profile)
     rows = [
         _row("F4", values, f"slopes $T \\le$ {protocol.SHARP_T:g}: "
              f"{', '.join(f'{s:.2f}' for s in st['low_slopes'])}; spread at $T$ = {protocol.HIGH_T:g} "
              f"{st['spread_t1']:.2f}; fall $T$ = {protocol.HIGH_T:g} → 100 {st['drop_min']:.0f}-"
-             f"{st['drop_max']:.0f}x ({int(profile.rows)} rows)", model),
+             f"{st['drop_max']:.0f}x ({int(profile.rows)} rows)", model, intervals=intervals.get("F4")),
         _row("EPS", {"ordered": st["ordered"], "extremes": st["ordered_extremes"]},
              f"curves ordered by $\\varepsilon$ (every pair) at {st['ordered']:.0%} of the grid "
              f"temperatures below {protocol.HIGH_T:g}, smallest against largest at "
-             f"{st['ordered_extremes']:.0%}", model),
+             f"{st['ordered_extremes']:.0%}", model, intervals=intervals.get("EPS")),
     ]
     statistics = {"epsilons": [float(e) for e in profile.epsilons],
                   "slope_low_T": [float(v) for v in st["low_slopes"]],

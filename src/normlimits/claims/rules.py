@@ -223,18 +223,23 @@ class Rule:
                 return verdict
         raise AssertionError("unreachable: the last outcome is 'else'")
 
+    def possible_verdicts(self, values: Mapping[str, object],
+                          intervals: Mapping[str, object] | None = None) -> set[str]:
+        """The verdicts some pass/fail assignment of the undecided criteria gives (one verdict
+        when nothing is undecided; ``{"not testable"}`` when a value is missing)."""
+        results = self.decisions(values, intervals)
+        if any(r is None for r in results.values()):
+            return {"not testable"}
+        open_keys = [k for k, r in results.items() if r == "undecided"]
+        return {self._first_outcome({**results, **dict(zip(open_keys, bits))})
+                for bits in itertools.product((True, False), repeat=len(open_keys))}
+
     def grade(self, values: Mapping[str, object], intervals: Mapping[str, object] | None = None) -> str:
         """The verdict for ``values`` (one value per criterion key; None or NaN = missing) and,
         optionally, ``intervals`` (criterion key -> ``(low, high)`` or a
         :class:`normlimits.bootstrap.Interval`): ``inconclusive`` when an undecided criterion
         could change the verdict."""
-        results = self.decisions(values, intervals)
-        if any(r is None for r in results.values()):
-            return "not testable"
-        open_keys = [k for k, r in results.items() if r == "undecided"]
-        verdicts = set()
-        for bits in itertools.product((True, False), repeat=len(open_keys)):
-            verdicts.add(self._first_outcome({**results, **dict(zip(open_keys, bits))}))
+        verdicts = self.possible_verdicts(values, intervals)
         return verdicts.pop() if len(verdicts) == 1 else "inconclusive"
 
     def to_row(self, values: Mapping[str, object], intervals: Mapping[str, object] | None = None) -> dict:
@@ -312,6 +317,15 @@ def describe_outcomes(outcomes) -> str:
         words = describe_condition(condition)
         parts.append(f"otherwise {verdict}" if condition == "else" else f"{verdict} when {words}")
     return "; ".join(parts)
+
+
+def row_possible_verdicts(row: Mapping) -> set[str]:
+    """The verdicts a ledger row's recorded criteria and intervals leave open: its verdict, or
+    for an inconclusive row every verdict its undecided criteria could give
+    (:meth:`Rule.possible_verdicts`)."""
+    rule = Rule.from_row(row)
+    return rule.possible_verdicts({c["key"]: c["value"] for c in row["criteria"]},
+                                  {c["key"]: c["interval"] for c in row["criteria"] if "interval" in c})
 
 
 def regrade(row: Mapping) -> str:
