@@ -147,3 +147,30 @@ def test_claim_intervals_are_the_statistics_of_resampled_windows_and_hold_the_es
     one = _windowed_profile(windows=1)
     assert F4.claim_intervals(one) == {} and "single window" in F4.interval_sentence(values, {})
     assert F4.claim_intervals(_profile(lambda t, e: 0.25 / t)) == {}      # no per-window sums
+
+
+def test_the_undecided_sentence_names_each_undecided_criterion_with_its_half_window_interval():
+    """EPS's ordered share straddling 0.9 (built by hand on the profile's statistics): the sentence
+    gives its interval on all windows and on the first half, and a window count; a profile whose
+    verdicts are all decided says so."""
+    from normlimits.bootstrap import Interval
+
+    p = _windowed_profile(windows=6)
+    values = F4.claim_values(F4.curves(p))
+    intervals = F4.claim_intervals(p, resamples=200)
+    decided = {cid: {k: Interval(v, v, 6) for k, v in vals.items()} for cid, vals in values.items()}
+    assert F4.undecided_sentence(p, decided) == "No verdict of Figure 4 is inconclusive."
+    straddling = {**decided, "EPS": {**decided["EPS"], "ordered": Interval(0.5, 1.0, 6)}}
+    values["EPS"]["ordered"] = 0.8
+    from normlimits import claims
+    assert claims.claim("EPS").rule.grade(values["EPS"], straddling["EPS"]) == "inconclusive"
+    words = claims.undecided_words(values, straddling, {"EPS": {"ordered": Interval(0.4, 1.0, 3)}},
+                                   on_threshold="lattice")
+    assert words == ["EPS's criterion 'ordered' is 0.80 [0.50, 1.00] on 6 windows and [0.40, 1.00] on "
+                     "the first 3; if the interval narrows as 1/√n, about 38 windows would decide it"]
+    real = F4.claim_values(F4.curves(p))["EPS"]["ordered"]
+    around = {**decided, "EPS": {**decided["EPS"], "ordered": Interval(min(real, 0.85), max(real, 0.95), 6)}}
+    sentence = F4.undecided_sentence(p, around)
+    assert sentence.startswith("How many windows would decide it: EPS's criterion 'ordered' is")
+    assert "on 6 windows and [" in sentence and "on the first 3" in sentence
+    assert intervals["EPS"]["ordered"].n == 6

@@ -22,7 +22,7 @@ from .jacobian import SensitivityProfile, paper_curve, sensitivity_envelope
 from .protocol import HIGH_T, SHARP_T
 
 __all__ = ["Curves", "curves", "nearest", "slope", "summary_table", "statistics", "claim_values",
-           "claim_intervals", "interval_sentence", "limit_readings",
+           "claim_intervals", "interval_sentence", "undecided_sentence", "limit_readings",
            "plot_figure4", "plot_anatomy"]
 
 
@@ -182,6 +182,26 @@ def interval_sentence(values: dict[str, dict[str, float]], intervals: dict[str, 
                   "resampling with repeats biases; where the percentiles missed the value itself the "
                   f"interval was widened to it ({', '.join(widened)}).")
     return words
+
+
+def undecided_sentence(profile: SensitivityProfile, intervals: dict[str, dict]) -> str:
+    """For every undecided criterion of an inconclusive Figure 4 claim (issue 31 item 3): its
+    interval on all windows and on the first half of them, and roughly how many windows would
+    decide it (:func:`normlimits.claims.undecided_words`)."""
+    from dataclasses import replace
+
+    from .claims import undecided_words
+
+    values = claim_values(curves(profile))
+    windows = 0 if profile.g_window_sums is None else int(profile.g_window_sums.shape[0])
+    half = windows // 2
+    half_intervals = (claim_intervals(replace(profile, g_window_sums=profile.g_window_sums[:half],
+                                              window_rows=profile.window_rows[:half]))
+                      if half >= 2 else {})
+    parts = undecided_words(values, intervals, half_intervals,
+                            on_threshold="a share of the grid temperatures takes values on a lattice")
+    return ("How many windows would decide it: " + "; ".join(parts) + "." if parts
+            else "No verdict of Figure 4 is inconclusive.")
 
 
 def ordering_ratios(c: Curves):

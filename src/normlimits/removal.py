@@ -67,8 +67,8 @@ from torch import Tensor
 
 from .attention_tap import expand_heads, switched
 from .capture import output_projections
-from .claims import claim
-from .bootstrap import RESAMPLES, SEED, Interval, bootstrap_values, units_to_decide
+from .claims import undecided_words
+from .bootstrap import RESAMPLES, SEED, Interval, bootstrap_values
 from .fits import loglog_fit
 
 __all__ = [
@@ -681,26 +681,9 @@ def undecided_sentence(removal: RemovalResult, intervals: dict[str, dict[str, In
     half_intervals = (claim_intervals(removal.for_windows(half), critical, tau, sqrt_size, protocol)
                       if half else {cid: {} for cid in REMOVAL_CLAIMS})
     values = claim_values(removal, critical, tau, sqrt_size, protocol)
-    parts = []
-    for cid in REMOVAL_CLAIMS:
-        v, ivs, rule = values[cid][0], intervals[cid], claim(cid).rule
-        if not ivs or rule.grade(v, ivs) != "inconclusive":
-            continue
-        for c in rule.criteria:
-            if c.key not in ivs or c.decide(ivs[c.key]) != "undecided":
-                continue
-            iv, small = ivs[c.key], half_intervals[cid].get(c.key)
-            edge = (min(c.threshold, key=lambda t: abs(t - v[c.key])) if isinstance(c.threshold, tuple)
-                    else c.threshold)
-            need = units_to_decide(iv, v[c.key], edge)
-            parts.append(
-                f"{cid}'s criterion '{c.key}' is {v[c.key]:.2f} [{iv.low:.2f}, {iv.high:.2f}] on "
-                f"{iv.n} windows"
-                + (f" and [{small.low:.2f}, {small.high:.2f}] on the first {small.n}; " if small is not None
-                   else " (too few windows for an interval on half of them); ")
-                + (f"its value sits on the threshold {edge:g} itself (N*_τ lies on a grid of powers of "
-                   "two, so this statistic takes values on a lattice), and no number of windows "
-                   "decides it under this rule" if need == math.inf else
-                   f"if the interval narrows as 1/√n, about {need:.0f} windows would decide it"))
+    parts = undecided_words({cid: values[cid][0] for cid in REMOVAL_CLAIMS},
+                            {cid: intervals[cid] for cid in REMOVAL_CLAIMS}, half_intervals,
+                            on_threshold="N*_τ lies on a grid of powers of two, so this statistic "
+                                         "takes values on a lattice")
     return ("How many windows would decide it: " + "; ".join(parts) + "." if parts
             else "No verdict of this experiment is inconclusive.")

@@ -280,6 +280,44 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
     return Graded(row)
 
 
+def undecided_words(values: Mapping[str, Mapping], intervals: Mapping[str, Mapping],
+                    half_intervals: Mapping[str, Mapping], *, on_threshold: str,
+                    digits: int = 2) -> list[str]:
+    """For every undecided criterion of an inconclusive claim (issue 31 item 3), a clause: its
+    value and interval on all units, its interval on the first half of them, and roughly how many
+    units would decide it (:func:`normlimits.bootstrap.units_to_decide`: the half-width shrinking
+    as 1/sqrt(n)), or ``on_threshold`` when the value sits on the threshold itself.
+
+    ``values``, ``intervals``, ``half_intervals``: claim id -> criterion key -> value /
+    :class:`normlimits.bootstrap.Interval` (a claim with no intervals is skipped)."""
+    import math
+
+    from ..bootstrap import units_to_decide
+
+    parts = []
+    for cid, ivs in intervals.items():
+        v, rule = values[cid], claim(cid).rule
+        if not ivs or rule.grade(v, ivs) != "inconclusive":
+            continue
+        for c in rule.criteria:
+            if c.key not in ivs or c.decide(ivs[c.key]) != "undecided":
+                continue
+            iv, small = ivs[c.key], half_intervals.get(cid, {}).get(c.key)
+            edge = (min(c.threshold, key=lambda t: abs(t - v[c.key])) if isinstance(c.threshold, tuple)
+                    else c.threshold)
+            need = units_to_decide(iv, v[c.key], edge)
+            unit = iv.unit + "s"
+            parts.append(
+                f"{cid}'s criterion '{c.key}' is {v[c.key]:.{digits}f} [{iv.low:.{digits}f}, "
+                f"{iv.high:.{digits}f}] on {iv.n} {unit}"
+                + (f" and [{small.low:.{digits}f}, {small.high:.{digits}f}] on the first {small.n}; "
+                   if small is not None else f" (too few {unit} for an interval on half of them); ")
+                + (f"its value sits on the threshold {edge:g} itself ({on_threshold}), and no number "
+                   f"of {unit} decides it under this rule" if need == math.inf else
+                   f"if the interval narrows as 1/√n, about {need:.0f} {unit} would decide it"))
+    return parts
+
+
 def registered_row(row: Mapping) -> dict:
     """The row the registered rule of ``row``'s claim gives for the row's own recorded values and
     criterion intervals: what a faithful recording of those statistics looks like (its rule,
