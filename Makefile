@@ -22,7 +22,7 @@ help:
 	@echo "make lab    - JupyterLab on the book; chapters open as notebooks rendered as MyST"
 	@echo "make bench  - the paper's five experiments at GPT-2 124M size, timed (_build/bench.json)"
 	@echo "make faults - plant the faults of tools/faults.toml one by one; which tests and chapters catch each"
-	@echo "make mutants - mutation testing of the computing modules (slow; MODULES=\"distances jacobian\" to choose)"
+	@echo "make mutants - mutation testing of the computing modules (slow; MODULES=\"metrics.distances metrics.jacobian\" to choose)"
 	@echo "make clean  - remove build outputs (keeps the environment and the model cache)"
 
 # --- environment ------------------------------------------------------------------------------
@@ -62,24 +62,24 @@ browser:
 
 # --- the book ---------------------------------------------------------------------------------
 # The execution cache only sees each chapter's source; it is dropped first when the settings, the
-# package or the corpus changed (src/normlimits/execution_cache.py).
+# package or the corpus changed (src/normlimits/book/execution_cache.py).
 book: $(INSTALLED) $(MATHJAX)
-	$(PY) -m normlimits.execution_cache _build
+	$(PY) -m normlimits execution-cache _build
 	$(VENV)/bin/jupyter-book build . $(BUILD_FLAGS)
-	@$(PY) -m normlimits.timings
+	@$(PY) -m normlimits timings
 	@echo "Book: _build/html/index.html   Ledger: _build/ledger.json"
 
 # The whole book as one PDF: the single-page build (chapters from the execution cache) printed by
-# Chromium with the site's own MathJax (src/normlimits/pdf.py says why not LaTeX).
+# Chromium with the site's own MathJax (src/normlimits/book/pdf.py says why not LaTeX).
 pdf: $(INSTALLED) $(MATHJAX) browser
-	$(PY) -m normlimits.execution_cache _build
+	$(PY) -m normlimits execution-cache _build
 	$(VENV)/bin/jupyter-book build . --builder singlehtml -W -n --keep-going
-	$(PY) -m normlimits.pdf _build/singlehtml/index.html _build/pdf/book.pdf
+	$(PY) -m normlimits pdf _build/singlehtml/index.html _build/pdf/book.pdf
 
 # Colab notebooks of the chapters (for the site's Colab buttons; the publishing workflow pushes
 # them to the repository's colab branch). Nothing is written while repository.url is empty.
 colab: $(INSTALLED)
-	$(PY) -m normlimits.colab _build/colab
+	$(PY) -m normlimits colab _build/colab
 
 test: $(INSTALLED) $(MATHJAX) browser
 	$(PY) -m pytest
@@ -90,16 +90,16 @@ test-fast: $(INSTALLED)
 # Planted scientific faults (tools/faults.toml), each applied to a copy of src/ and run through the
 # tests and chapters that should catch it (on the cached stand-in); not part of `make test`.
 faults: standin
-	$(PY) -m normlimits.faults
+	$(PY) -m normlimits faults
 
 # Mutation testing (not part of `make test`: about 1 mutant a second on 2 cores, 2-3 hours for all). mutmut 3,
 # pinned here with what it pulls in, mutates the modules of [tool.mutmut] in pyproject.toml in a
 # copy under mutants/ and runs, per mutant, the fast tests that call the mutated function; then
-# src/normlimits/mutants.py prints killed / survived / timeout / score per module.
-# MODULES="distances jacobian" runs (again) every mutant of those modules only; the others keep
+# src/normlimits/dev/mutants.py prints killed / survived / timeout / score per module.
+# MODULES="metrics.distances metrics.jacobian" runs (again) every mutant of those modules only; the others keep
 # their last results. MUTANT_CHILDREN sets mutmut's parallel workers.
 MUTMUT_PINS := mutmut==3.8.1 libcst==1.9.0 textual==8.2.8 setproctitle==1.3.8 coverage==7.17.5
-MODULES ?= normalizers distances separability separability_bounds jacobian vanishing alternatives
+MODULES ?= metrics.normalizers metrics.distances metrics.separability metrics.separability_bounds metrics.jacobian metrics.vanishing experiments.alternatives
 MUTANT_CHILDREN ?= 1
 mutants: $(INSTALLED)
 	@$(PY) -c "import mutmut, sys; sys.exit(mutmut.__version__ != '3.8.1')" 2>/dev/null || $(PIP) install --quiet $(MUTMUT_PINS)
@@ -109,18 +109,18 @@ mutants: $(INSTALLED)
 	  $(foreach m,$(MODULES),"normlimits.$(m).*") > mutants/mutmut-run.log 2>&1 \
 	  || { tr '\r' '\n' < mutants/mutmut-run.log | tail -n 40; exit 1; }; \
 	echo "mutmut took $$(( $$(date +%s) - start )) s"
-	$(PY) -m normlimits.mutants $(MODULES)
+	$(PY) -m normlimits mutants $(MODULES)
 
 # JupyterLab on book/: chapters open as notebooks (jupytext) rendered by jupyterlab-myst, the glued
-# numbers shown in the prose once a chapter has run (src/normlimits/lab.py configures both).
+# numbers shown in the prose once a chapter has run (src/normlimits/book/lab.py configures both).
 lab: $(INSTALLED)
-	$(PY) -m normlimits.lab
+	$(PY) -m normlimits lab
 
 bench: $(INSTALLED)
-	$(PY) -m normlimits.bench
+	$(PY) -m normlimits bench
 
 standin: $(INSTALLED)
-	$(PY) -m normlimits.standin
+	$(PY) -m normlimits standin
 
 clean:
 	rm -rf _build book/_mathjax .pytest_cache .hypothesis

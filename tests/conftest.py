@@ -51,7 +51,7 @@ def with_value(doc, path, value):
 @pytest.fixture
 def tiny_loaded():
     """A tiny GPT-2 wrapped as a LoadedModel with the byte tokenizer."""
-    from normlimits.models import LoadedModel, byte_encode
+    from normlimits.model.pretrained import LoadedModel, byte_encode
 
     return LoadedModel(model=make_tiny_gpt2(), name="tiny", source="test", encode=byte_encode,
                        tokenizer_kind="bytes", is_paper_model=False)
@@ -62,7 +62,7 @@ def saved_gpt2(tmp_path):
     """A tiny GPT-2 saved with save_pretrained and the byte tokenizer marker; returns the folder."""
     import json
 
-    from normlimits.models import BYTE_TOKENIZER_FILE
+    from normlimits.model.pretrained import BYTE_TOKENIZER_FILE
 
     make_tiny_gpt2().save_pretrained(tmp_path)
     (tmp_path / BYTE_TOKENIZER_FILE).write_text(json.dumps({"kind": "bytes"}))

@@ -1,4 +1,4 @@
-"""Tests of normlimits.alternatives (the four yardsticks for any normaliser) and its theory."""
+"""Tests of normlimits.experiments.alternatives (the four yardsticks for any normaliser) and its theory."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from normlimits import alternatives as A
-from normlimits import distances as D
-from normlimits import jacobian as J
-from normlimits import separability as S
-from normlimits import vanishing as V
-from normlimits.normalizers import NORMALIZERS, softmax_one
+from normlimits.experiments import alternatives as A
+from normlimits.metrics import distances as D
+from normlimits.metrics import jacobian as J
+from normlimits.metrics import separability as S
+from normlimits.metrics import vanishing as V
+from normlimits.metrics.normalizers import NORMALIZERS, softmax_one
 from normlimits.theory import alternatives as TA
 
 NAMES = list(NORMALIZERS)
@@ -89,7 +89,7 @@ def test_theory_jacobian_constants():
 # ------------------------------------------------------------------------ on a (tiny) model
 @pytest.fixture
 def tiny_capture(tiny_loaded):
-    from normlimits.capture import capture_window
+    from normlimits.model.capture import capture_window
 
     ids = torch.arange(64) % 250
     return capture_window(tiny_loaded, ids)
@@ -167,7 +167,7 @@ def test_measure_window_reuses_the_chapters_metrics(tiny_capture):
 
 
 def test_measure_stacks_windows_and_summarises(tiny_loaded):
-    from normlimits.capture import iter_captures
+    from normlimits.model.capture import iter_captures
 
     windows = torch.stack([torch.arange(64) % 250, (7 * torch.arange(64)) % 250])
     cfg = tiny_config()
@@ -230,8 +230,8 @@ def test_critical_scale_reproduces_the_simplex_value_and_halves_the_top_weight()
 
 
 def test_sink_matching_logit_is_the_median_first_key_logit_and_matches_softmax(tiny_loaded):
-    from normlimits.capture import capture_window
-    from normlimits.normalizers import sink_softmax
+    from normlimits.model.capture import capture_window
+    from normlimits.metrics.normalizers import sink_softmax
 
     caps = [capture_window(tiny_loaded, (torch.arange(64) * k) % 250) for k in (1, 3)]
     rows = [20, 40, 63]
@@ -248,7 +248,7 @@ def test_sink_matching_logit_is_the_median_first_key_logit_and_matches_softmax(t
 
 
 def _tiny_results(tiny_loaded, keys=("softmax", "ssmax", "sparsemax", "softmax1")):
-    from normlimits.capture import iter_captures
+    from normlimits.model.capture import iter_captures
 
     windows = torch.stack([torch.arange(64) % 250, (7 * torch.arange(64)) % 250])
     return A.measure(iter_captures(tiny_loaded, windows), list(keys), tiny_config())
@@ -298,7 +298,7 @@ def test_summary_table_ranks_by_confirmed_yardsticks(tiny_loaded):
 
 
 def test_synthetic_exponents_check_the_proven_bounds():
-    from normlimits.normalizers import sink_normalizer
+    from normlimits.metrics.normalizers import sink_normalizer
 
     lengths = [32, 64, 128]
     logits = V.synthetic_bounded_logits(lengths, 2.0, 64, seed=0)
@@ -311,7 +311,7 @@ def test_synthetic_exponents_check_the_proven_bounds():
 
 
 def test_row_properties(tiny_loaded):
-    from normlimits.capture import capture_window
+    from normlimits.model.capture import capture_window
 
     cap = capture_window(tiny_loaded, torch.arange(64) % 250)
     table = A.row_properties(cap.logits(torch.arange(0, 64, 8)), [NORMALIZERS["softmax"],

@@ -10,10 +10,12 @@ import pytest
 import torch
 
 from conftest import make_tiny_gpt2
-from normlimits import architectures as A
-from normlimits.corpus import Corpus
-from normlimits.models import BYTE_TOKENIZER_FILE, ModelError, load_model
-from normlimits.settings import SettingError
+from normlimits.audit import architectures as A
+from normlimits.model.corpus import Corpus
+from normlimits.model.pretrained import BYTE_TOKENIZER_FILE, positions_of
+from normlimits.model.errors import ModelError
+from normlimits.model.load import load_model
+from normlimits.core.settings import SettingError
 
 LENGTH = 64
 TEXT = ("Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. " * 60)
@@ -33,9 +35,9 @@ def test_model_names_default_setting_and_errors(monkeypatch):
 def test_positions_are_named_from_the_configuration():
     from transformers import BloomConfig, GPT2Config, LlamaConfig
 
-    assert A.positions_of(GPT2Config()) == "learned absolute"
-    assert A.positions_of(LlamaConfig()) == "rotary (RoPE)"
-    assert A.positions_of(BloomConfig()) == "ALiBi"
+    assert positions_of(GPT2Config()) == "learned absolute"
+    assert positions_of(LlamaConfig()) == "rotary (RoPE)"
+    assert positions_of(BloomConfig()) == "ALiBi"
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +93,9 @@ def test_every_loaded_model_gets_every_yardsticks_rows(surveyed):
 
 def test_the_yardsticks_are_the_audits(surveyed, folders):
     """Same model, same windows: the survey's rows are the audit's rows."""
-    from normlimits.audit import run_audit
-    from normlimits.corpus import token_windows
-    from normlimits.yardsticks import AuditConfig
+    from normlimits.audit.command import run_audit
+    from normlimits.model.corpus import token_windows
+    from normlimits.audit.yardsticks import AuditConfig
 
     loaded = load_model(str(folders["llama"]))
     torch.manual_seed(0)
@@ -132,11 +134,11 @@ def test_tables_and_figures(surveyed):
 
 
 def test_the_chapters_curves_are_the_measured_ones(surveyed):
-    """The figure's curves (read by normlimits.compare from the statistics an audit writes) are
+    """The figure's curves (read by normlimits.audit.compare from the statistics an audit writes) are
     the curves computed from the yardsticks' own results, as the chapter drew them before."""
     import numpy as np
 
-    from normlimits.compare import curve
+    from normlimits.audit.compare import curve
 
     for r in (x for x in surveyed if isinstance(x, A.Surveyed)):
         doc = r.document()

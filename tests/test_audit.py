@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from normlimits import audit, schema, yardsticks
-from normlimits.capture import capture_window
+from normlimits.audit import command as audit, yardsticks
+from normlimits.claims import schema
+from normlimits.model.capture import capture_window
 from normlimits.claims import regrade
-from normlimits.ledger import validate_row
-from normlimits.models import BYTE_TOKENIZER_FILE, LoadedModel, byte_encode
-from normlimits.provenance import results_sha256
+from normlimits.claims.ledger import validate_row
+from normlimits.model.pretrained import BYTE_TOKENIZER_FILE, LoadedModel, byte_encode
+from normlimits.audit.provenance import results_sha256
 
 from conftest import SHARED_CORPUS, make_tiny_gpt2, with_value
 
@@ -267,7 +268,7 @@ def captures():
 
 
 def test_vanishing_equals_the_chapter(captures):
-    from normlimits import vanishing as V
+    from normlimits.metrics import vanishing as V
 
     config = yardsticks.AuditConfig(length=LENGTH)
     got = yardsticks.vanishing(iter(captures), config, "tiny")
@@ -287,8 +288,8 @@ def test_vanishing_equals_the_chapter(captures):
 
 
 def test_critical_n_equals_critical_n_search(captures):
-    from normlimits.critical_n import critical_n_search
-    from normlimits.protocol import MC_DRAWS, MC_KEYS, POSITIONS_PER_OCTAVE
+    from normlimits.metrics.critical_n import critical_n_search
+    from normlimits.core.protocol import MC_DRAWS, MC_KEYS, POSITIONS_PER_OCTAVE
 
     config = yardsticks.AuditConfig(length=LENGTH)
     got = yardsticks.critical_n(iter(captures), config, "tiny")
@@ -310,14 +311,14 @@ def test_critical_n_equals_critical_n_search(captures):
 def test_last_row_critical_n_equals_the_bench_workload(captures):
     """The quick protocol is the bench's critical-N workload, graded on the book's last-row,
     main-sum reading."""
-    from normlimits.critical_n import critical_n_search
+    from normlimits.metrics.critical_n import critical_n_search
 
     config = yardsticks.AuditConfig(length=LENGTH, critical_protocol="last_row")
     got = yardsticks.critical_n(iter(captures), config, "tiny")
     search = critical_n_search(iter(captures), config.critical_lengths, protocol="last_row")
     reading = got.result["row"].reading
     assert (reading.aggregate, reading.expectation) == ("last_row", "main")
-    assert reading in __import__("normlimits.reading_table", fromlist=["x"]).readings_tried()
+    assert reading in __import__("normlimits.experiments.reading_table", fromlist=["x"]).readings_tried()
     assert got.result["row"].search.critical == search.critical
     for a, b in zip(got.result["row"].search.tests, search.tests):
         np.testing.assert_allclose(a.pvalue, b.pvalue, rtol=1e-12, atol=0)
@@ -328,9 +329,9 @@ def test_last_row_critical_n_equals_the_bench_workload(captures):
 
 
 def test_separability_equals_the_chapter(captures):
-    from normlimits import separability_curves as SC
-    from normlimits.protocol import SEPARABILITY_FLAT_SLOPE
-    from normlimits.separability_sweep import separability_sweep
+    from normlimits.experiments import separability_curves as SC
+    from normlimits.core.protocol import SEPARABILITY_FLAT_SLOPE
+    from normlimits.experiments.separability_sweep import separability_sweep
 
     config = yardsticks.AuditConfig(length=LENGTH, separability_rows=None)
     got = yardsticks.separability(iter(captures), config, "tiny")
@@ -347,13 +348,13 @@ def test_separability_equals_the_chapter(captures):
 
 
 def test_jacobian_equals_the_bench_workload(captures):
-    from normlimits.bench import BenchConfig, _gradient
+    from normlimits.experiments.bench import BenchConfig, _gradient
 
     config = yardsticks.AuditConfig(length=LENGTH)
     got = yardsticks.jacobian(iter(captures), config, "tiny")
     want = _gradient(iter(captures), BenchConfig(length=LENGTH))
     assert torch.equal(got.result["profile"].g, want.g)
-    from normlimits import figure4 as F4
+    from normlimits.experiments import figure4 as F4
 
     st = F4.statistics(F4.curves(want))
     f4 = next(r for r in got.rows if r["id"] == "F4")

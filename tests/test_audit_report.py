@@ -1,4 +1,4 @@
-"""The audit's reports (normlimits.audit_report): report.md and the self-contained report.html,
+"""The audit's reports (normlimits.audit.report): report.md and the self-contained report.html,
 opened offline in headless Chromium."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_CORPUS, make_tiny_gpt2
-from normlimits import audit, audit_report
-from normlimits.models import BYTE_TOKENIZER_FILE
+from normlimits.audit import command as audit, report as audit_report
+from normlimits.model.pretrained import BYTE_TOKENIZER_FILE
 from test_site import chromium  # noqa: F401  (the fixture: Debian's Chromium, or a clear failure)
 
 

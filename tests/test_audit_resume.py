@@ -1,4 +1,4 @@
-"""Resumable audits (normlimits.audit_resume): an audit interrupted after some windows (a failure,
+"""Resumable audits (normlimits.audit.resume): an audit interrupted after some windows (a failure,
 or the process killed) resumes from its checksummed cache and gives the same results hash as an
 uninterrupted one; two audits of the same model and settings give the same hash."""
 
@@ -15,8 +15,9 @@ import pytest
 
 import normlimits
 from conftest import SHARED_CORPUS, make_tiny_gpt2
-from normlimits import audit, capture_cache
-from normlimits.models import BYTE_TOKENIZER_FILE
+from normlimits.audit import command as audit
+from normlimits.model import capture_cache
+from normlimits.model.pretrained import BYTE_TOKENIZER_FILE
 
 pytestmark = pytest.mark.skipif(not SHARED_CORPUS.is_file(), reason="the shared corpus is absent")
 #: three windows of 32 tokens: an interruption after two leaves one to compute
@@ -24,7 +25,8 @@ SETTINGS = ["--windows", "3", "--length", "32", "--quiet"]
 KILLED_AFTER = 2
 KILLER = """
 import os, signal, sys
-from normlimits import audit, capture_cache
+from normlimits.audit import command as audit
+from normlimits.model import capture_cache
 real, done = capture_cache.capture_window, []      # the audit's forward passes go through it
 def dying(loaded, ids):
     if len(done) == int(sys.argv[1]):
@@ -170,7 +172,7 @@ def test_a_failure_after_two_windows_resumes_and_a_damaged_window_is_computed_ag
 
 
 def test_resume_dir_is_named_by_the_key(tmp_path):
-    from normlimits.audit_resume import Resume, resume_dir
+    from normlimits.audit.resume import Resume, resume_dir
 
     a, b = resume_dir(tmp_path / "out", {"k": 1}), resume_dir(tmp_path / "out", {"k": 2})
     assert a != b and a.parent == tmp_path and a.name.startswith(".out.resume-")

@@ -16,10 +16,11 @@ import json
 import pytest
 import torch
 
-from normlimits.capture import capture_batch, capture_window, iter_captures
-from normlimits.models import ModelError, load_model
-from normlimits.settings import SettingError
-from normlimits.validation import InputError
+from normlimits.model.capture import capture_batch, capture_window, iter_captures
+from normlimits.model.errors import ModelError
+from normlimits.model.load import load_model
+from normlimits.core.settings import SettingError
+from normlimits.core.validation import InputError
 
 
 # ----------------------------------------------------------------------------- model folders
@@ -94,7 +95,7 @@ def test_capture_window_takes_one_window_and_iter_captures_checks_before_the_fir
 
 # ----------------------------------------------------------------------------- bench command line
 def test_bench_model_option_errors_name_the_option(tmp_path, capsys):
-    from normlimits import bench
+    from normlimits.experiments import bench
 
     missing = tmp_path / "no-such-model"
     with pytest.raises(SystemExit) as info:       # an argument error: exit 2 and the usage line
@@ -114,7 +115,7 @@ def test_bench_model_option_errors_name_the_option(tmp_path, capsys):
     ("NORMLIMITS_DTYPE", "half", "use one of float32, bfloat16, float16"),
 ])
 def test_unknown_device_or_dtype_names(monkeypatch, setting, value, message):
-    from normlimits.devices import placement
+    from normlimits.core.devices import placement
 
     monkeypatch.setenv(setting, value)
     with pytest.raises(SettingError, match=message):
@@ -124,7 +125,7 @@ def test_unknown_device_or_dtype_names(monkeypatch, setting, value, message):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 @pytest.mark.parametrize("value", ["cuda", "cuda:1"])
 def test_cuda_without_a_gpu_is_refused(monkeypatch, value):
-    from normlimits.devices import placement
+    from normlimits.core.devices import placement
 
     monkeypatch.setenv("NORMLIMITS_DEVICE", value)
     with pytest.raises(SettingError, match=f"NORMLIMITS_DEVICE='{value}': this machine has no CUDA device.*use cpu or auto"):
@@ -132,7 +133,7 @@ def test_cuda_without_a_gpu_is_refused(monkeypatch, value):
 
 
 def test_a_gpu_index_beyond_the_machines_is_refused(monkeypatch):
-    from normlimits.devices import placement
+    from normlimits.core.devices import placement
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)

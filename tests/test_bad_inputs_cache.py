@@ -2,7 +2,7 @@
 cache is usable, training never starts without a notice, and nothing cached is altered by a failure.
 
 No training and no full-size model: the cached stand-in here is a tiny GPT-2 saved exactly as the
-real one is (:func:`normlimits.standin.save_standin`).
+real one is (:func:`normlimits.model.standin.save_standin`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import re
 import pytest
 
 from conftest import make_tiny_gpt2
-from normlimits import standin, temperature_training
-from normlimits.cache import CacheError, writer_lock
-from normlimits.corpus import Corpus
-from normlimits.settings import SettingError, cache_dir
+from normlimits.model import standin
+from normlimits.experiments import temperature_training
+from normlimits.core.cache import CacheError, writer_lock
+from normlimits.model.corpus import Corpus
+from normlimits.core.settings import SettingError, cache_dir
 
 TEXT = "It was in July, 1805, and the speaker was the well-known Anna Pavlovna Scherer. " * 300
 
@@ -202,7 +203,7 @@ def test_the_minimum_corpus_holds_one_held_out_window():
 def test_a_damaged_temperature_run_is_named_and_not_retrained(isolated_cache, monkeypatch):
     corpus = _corpus()
     key = temperature_training.run_key(corpus.sha256, 1.0, 0, 3, 16, 2, 1e-3)
-    from normlimits.cache import cache_path
+    from normlimits.core.cache import cache_path
 
     path = cache_path("temperature-training", key, ".json")
     path.write_text('{"temperature": 1.0, "seed"')

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from normlimits.distances import distance_profile
-from normlimits.normalizers import general_normalizer, softmax_with_temperature
-from normlimits.separability import geometric_separability
-from normlimits.validation import InputError
+from normlimits.metrics.distances import distance_profile
+from normlimits.metrics.normalizers import general_normalizer, softmax_with_temperature
+from normlimits.metrics.separability import geometric_separability
+from normlimits.core.validation import InputError
 
 NEG = float("-inf")
 
@@ -97,7 +97,7 @@ def test_nan_vectors_are_refused(metric):
 
 @pytest.mark.parametrize("epsilon", [1e-20, 1e-11])
 def test_a_perturbation_lost_to_rounding_is_refused(epsilon):
-    from normlimits.jacobian import check_epsilon
+    from normlimits.metrics.jacobian import check_epsilon
 
     with pytest.raises(ValueError, match="float64 rounding"):
         check_epsilon(epsilon)
@@ -105,7 +105,7 @@ def test_a_perturbation_lost_to_rounding_is_refused(epsilon):
 
 
 def test_all_finite_decides_every_case_of_the_fast_sum():
-    from normlimits.validation import all_finite
+    from normlimits.core.validation import all_finite
 
     big = torch.finfo(torch.float32).max
     assert all_finite(torch.randn(4, 5))
@@ -122,7 +122,7 @@ def test_all_finite_decides_every_case_of_the_fast_sum():
 
 
 def test_attention_logits_decides_from_the_row_maxima_at_any_rank():
-    from normlimits.validation import attention_logits
+    from normlimits.core.validation import attention_logits
 
     assert attention_logits(torch.tensor(1.5)) is not None            # one row of one key
     assert attention_logits(torch.empty(0, 4)).numel() == 0

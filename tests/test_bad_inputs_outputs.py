@@ -23,10 +23,11 @@ import pytest
 import torch
 
 from conftest import make_tiny_gpt2
-from normlimits import audit, bench
-from normlimits.models import BYTE_TOKENIZER_FILE
-from normlimits.outputs import MANIFEST, FileOutput, FolderOutput, OutputError, read_manifest
-from normlimits.settings import SettingError
+from normlimits.audit import command as audit
+from normlimits.experiments import bench
+from normlimits.model.pretrained import BYTE_TOKENIZER_FILE
+from normlimits.core.outputs import MANIFEST, FileOutput, FolderOutput, OutputError, read_manifest
+from normlimits.core.settings import SettingError
 
 LENGTH = 64
 
@@ -85,12 +86,12 @@ def _no_leftovers(parent: Path, resume: bool = False) -> None:
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Loading a model fails the test: the refusal must come before any computing."""
-    import normlimits.models
+    import normlimits.model.load
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the output was checked")
 
-    monkeypatch.setattr(normlimits.models, "load_model", refuse)
+    monkeypatch.setattr(normlimits.model.load, "load_model", refuse)
 
 
 def _read_only(monkeypatch, *folders: Path) -> None:
@@ -172,9 +173,10 @@ def test_another_tools_manifest_is_not_an_earlier_audit(model_folder, tmp_path, 
 
 def test_a_damaged_capture_cache_entry_of_the_same_size_is_never_served(tiny_loaded, tmp_path,
                                                                         monkeypatch):
-    from normlimits import capture_cache as cc
-    from normlimits.capture import cached_captures, iter_captures
-    from normlimits.corpus import Corpus, token_windows
+    from normlimits.model import capture_cache as cc
+    from normlimits.model.capture_cache import cached_captures
+    from normlimits.model.capture import iter_captures
+    from normlimits.model.corpus import Corpus, token_windows
 
     text = "Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. " * 8
     corpus = Corpus(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), source="test")
@@ -252,10 +254,10 @@ def test_the_lock_refuses_a_second_writer_of_a_file_too(tmp_path):
 
 def _interrupt_forward(monkeypatch, at: int = 2) -> None:
     """Ctrl-C during the forward pass of window ``at`` (where the main thread spends its time;
-    the audit's forward passes go through its resume cache, normlimits.capture_cache.serve)."""
-    import normlimits.capture_cache
+    the audit's forward passes go through its resume cache, normlimits.model.capture_cache.serve)."""
+    import normlimits.model.capture_cache
 
-    real, calls = normlimits.capture_cache.capture_window, []
+    real, calls = normlimits.model.capture_cache.capture_window, []
 
     def capture(*args, **kwargs):
         calls.append(1)
@@ -263,7 +265,7 @@ def _interrupt_forward(monkeypatch, at: int = 2) -> None:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(normlimits.capture_cache, "capture_window", capture)
+    monkeypatch.setattr(normlimits.model.capture_cache, "capture_window", capture)
 
 
 def test_an_interrupted_audit_leaves_the_old_folder_intact(model_folder, tmp_path, monkeypatch):
@@ -400,8 +402,8 @@ def test_bench_too_many_windows_name_the_option_with_a_remedy_that_works(model_f
 # ================================================================ the ledger folder
 
 def test_a_ledger_dir_that_is_a_file_is_named_when_the_chapter_starts(tmp_path, monkeypatch):
-    import normlimits.book as book
-    from normlimits import ledger
+    import normlimits.book.chapter as book
+    from normlimits.claims import ledger
 
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
@@ -420,7 +422,7 @@ def test_a_ledger_dir_that_is_a_file_is_named_when_the_chapter_starts(tmp_path, 
 
 
 def test_a_read_only_ledger_dir_is_named(tmp_path, monkeypatch):
-    from normlimits import ledger
+    from normlimits.claims import ledger
 
     folder = tmp_path / "ledger"
     folder.mkdir()
@@ -434,7 +436,7 @@ def test_a_read_only_ledger_dir_is_named(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("temperature", [1e300, 3.5e38])
 def test_a_temperature_too_large_for_float32_is_refused_not_nan(temperature):
-    from normlimits.normalizers import NORMALIZERS, softmax_with_temperature
+    from normlimits.metrics.normalizers import NORMALIZERS, softmax_with_temperature
 
     logits = torch.tensor([1.0, 2.0, -float("inf")])
     with pytest.raises(ValueError, match=r"too large for float32.*largest finite value"):
@@ -447,7 +449,7 @@ def test_a_temperature_too_large_for_float32_is_refused_not_nan(temperature):
 
 
 def test_capture_weights_refuse_a_temperature_too_large_for_their_dtype(tiny_loaded):
-    from normlimits.capture import capture_window
+    from normlimits.model.capture import capture_window
 
     cap = capture_window(tiny_loaded, torch.arange(32))
     with pytest.raises(ValueError, match="too large for float32"):
@@ -456,7 +458,7 @@ def test_capture_weights_refuse_a_temperature_too_large_for_their_dtype(tiny_loa
 
 
 def test_a_temperature_too_small_for_the_dtype_is_refused_in_the_normalisers():
-    from normlimits.normalizers import NORMALIZERS
+    from normlimits.metrics.normalizers import NORMALIZERS
 
     with pytest.raises(ValueError, match=r"too small for float32.*smallest normal"):
         NORMALIZERS["sparsemax"].at_temperature(torch.tensor([1.0, 2.0]), 1e-45)
@@ -465,7 +467,7 @@ def test_a_temperature_too_small_for_the_dtype_is_refused_in_the_normalisers():
 # ================================================================ corpus messages name the source
 
 def test_an_empty_or_blank_corpus_gets_a_remedy(tmp_path):
-    from normlimits.corpus import CorpusError, load_corpus
+    from normlimits.model.corpus import CorpusError, load_corpus
 
     for name, text in (("empty.txt", ""), ("blank.txt", " \n\t\n  ")):
         path = tmp_path / name
@@ -479,7 +481,7 @@ def test_an_empty_or_blank_corpus_gets_a_remedy(tmp_path):
 
 
 def test_a_folder_given_as_the_corpus_is_named_as_a_folder(tmp_path, model_folder, capsys):
-    from normlimits.corpus import CorpusError, load_corpus
+    from normlimits.model.corpus import CorpusError, load_corpus
 
     with pytest.raises(CorpusError, match=r"NORMLIMITS_CORPUS=.* is a folder, not a text file"):
         load_corpus(str(tmp_path))
@@ -507,7 +509,7 @@ def test_a_too_short_corpus_from_the_option_names_the_option(model_folder, tmp_p
 # ================================================================ the Jacobian checks' messages
 
 def test_the_jacobian_checks_name_the_offending_value_and_a_remedy():
-    from normlimits.jacobian import softmax_jacobian_row_norms as softmax_jacobian
+    from normlimits.metrics.jacobian import softmax_jacobian_row_norms as softmax_jacobian
 
     with pytest.raises(ValueError, match=r"1 of 3 entries are not, the first -0.1 at index \(0, 1\)"
                                          r".*Pass attention weights"):
@@ -529,7 +531,7 @@ def umask_022():
 
 
 def test_outputs_and_cache_files_follow_the_umask_not_0600(model_folder, tmp_path, umask_022):
-    from normlimits.cache import atomic_save_dir, atomic_write_bytes
+    from normlimits.core.cache import atomic_save_dir, atomic_write_bytes
 
     out = tmp_path / "out"
     assert audit.main(_argv(model_folder, out)) == 0
@@ -544,7 +546,7 @@ def test_outputs_and_cache_files_follow_the_umask_not_0600(model_folder, tmp_pat
 
 
 def test_faults_json_never_overwrites_a_file_it_did_not_write(tmp_path, capsys):
-    from normlimits import faults
+    from normlimits.dev import faults
 
     mine = tmp_path / "notes.json"
     mine.write_text('{"mine": true}')

@@ -6,9 +6,9 @@ import warnings
 
 import pytest
 
-from normlimits import corpus as C
-from normlimits import settings
-from normlimits.settings import SettingError
+from normlimits.model import corpus as C
+from normlimits.core import settings
+from normlimits.core.settings import SettingError
 
 
 def test_a_corpus_of_nul_bytes_is_not_a_text(tmp_path, monkeypatch):

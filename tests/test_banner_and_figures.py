@@ -1,5 +1,5 @@
 """The chapters' banner (model, size and kind, corpus, why; the rest collapsed) and the figure rule
-(normlimits.plotting: at most 7.2 in wide, text at least 9 pt)."""
+(normlimits.book.plotting: at most 7.2 in wide, text at least 9 pt)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from normlimits import book
+from normlimits.book import chapter as book
 
 
 def test_banner_says_model_kind_corpus_and_why_and_collapses_the_plumbing(tiny_loaded, monkeypatch):
-    from normlimits.corpus import load_corpus
+    from normlimits.model.corpus import load_corpus
 
     monkeypatch.delenv("NORMLIMITS_MODEL", raising=False)
     tiny_loaded.source = "project stand-in: byte-level GPT-2: 4 layers, trained here on the corpus in 9 s (cache ~/x/53f8)"
@@ -58,7 +58,7 @@ def test_figure_rule_refuses_wide_figures_and_small_text():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from normlimits import plotting
+    from normlimits.book import plotting
 
     plotting.use_book_style()
     good, ax = plt.subplots()

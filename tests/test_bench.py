@@ -10,8 +10,9 @@ import weakref
 import pytest
 import torch
 
-from normlimits import bench
-from normlimits.bench import BenchConfig, Lockstep, PeakMemory, run_bench
+from normlimits.experiments import bench
+from normlimits.experiments.bench import BenchConfig, PeakMemory, run_bench
+from normlimits.core.streaming import Lockstep
 
 REQUIRED = ("workload", "seconds", "forward_seconds", "metric_seconds", "peak_rss_bytes",
             "paper_seconds")
@@ -182,7 +183,7 @@ def test_paper_table_matches_the_spec():
 @pytest.fixture(scope="module")
 def small_run():
     from conftest import make_tiny_gpt2
-    from normlimits.models import LoadedModel, byte_encode
+    from normlimits.model.pretrained import LoadedModel, byte_encode
 
     loaded = LoadedModel(model=make_tiny_gpt2(), name="tiny", source="test", encode=byte_encode,
                          tokenizer_kind="bytes", is_paper_model=False)
@@ -219,9 +220,9 @@ def test_rows_and_fields(small_run):
 
 def test_results_equal_the_functions_called_directly(small_run):
     """Lockstep streaming gives exactly what the chapters' functions give on the same windows."""
-    from normlimits import distances, jacobian
-    from normlimits.capture import iter_captures
-    from normlimits.critical_n import critical_n_search
+    from normlimits.metrics import distances, jacobian
+    from normlimits.model.capture import iter_captures
+    from normlimits.metrics.critical_n import critical_n_search
 
     loaded, windows, result = small_run
     cfg = BenchConfig(length=windows.shape[1])
@@ -236,7 +237,7 @@ def test_results_equal_the_functions_called_directly(small_run):
     direct_g = jacobian.sensitivity_profile((c.logits(rows) for c in iter_captures(loaded, windows)),
                                             cfg.temperatures, cfg.epsilons, seed=0)
     assert torch.equal(direct_g.g, result.results["gradient"].g)
-    from normlimits.separability_sweep import separability_sweep
+    from normlimits.experiments.separability_sweep import separability_sweep
 
     direct_s = separability_sweep(iter_captures(loaded, windows), cfg.separability_grid,
                                   kinds=("values",), rows=None, bounds=True)
@@ -252,7 +253,7 @@ def test_write_rows_is_atomic(tmp_path, monkeypatch):
     assert bench.read_rows(path) == rows
     assert bench.read_rows(tmp_path / "missing.json") is None
 
-    import normlimits.cache as cache
+    import normlimits.core.cache as cache
 
     def broken_replace(src, dst):
         raise OSError("disk full")
@@ -290,9 +291,9 @@ def test_subset_of_workloads(small_run):
 
 
 def test_command_line_end_to_end(tmp_path, monkeypatch, capsys):
-    """``python -m normlimits.bench`` on a saved tiny byte-level model: table printed, JSON written."""
+    """``python -m normlimits.experiments.bench`` on a saved tiny byte-level model: table printed, JSON written."""
     from conftest import make_tiny_gpt2
-    from normlimits.models import BYTE_TOKENIZER_FILE
+    from normlimits.model.pretrained import BYTE_TOKENIZER_FILE
 
     folder = tmp_path / "tiny-model"
     make_tiny_gpt2().save_pretrained(folder)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from normlimits import claims, ledger
+from normlimits import claims
+from normlimits.claims import ledger
 
 pytestmark = pytest.mark.book
 
@@ -26,7 +27,7 @@ def test_ledger_json_has_one_valid_row_per_registered_claim(built_book):
         ledger.validate_row(row)
     toc = (built_book.parent / "_toc.yml").read_text()
     chapters = sorted({line.split("book/")[-1].strip() for line in toc.splitlines() if "file: book/" in line})
-    assert ledger.missing_claims(rows, chapters) == []
+    assert claims.missing_claims(rows, chapters) == []
     ids = [(r["chapter"], r["id"], r.get("variant", "")) for r in rows]
     assert len(ids) == len(set(ids)), "one row per claim (and variant)"
 
@@ -43,9 +44,9 @@ def test_a_reader_regrades_the_ledger_from_its_recorded_statistics(built_book):
 
 
 def test_every_chapter_recorded_its_time_within_twice_its_budget(built_book):
-    """Budgets live in normlimits.protocol; a chapter over twice its budget fails the build."""
-    from normlimits.protocol import CHAPTER_BUDGET_SECONDS
-    from normlimits.timings import over_budget, read_timings
+    """Budgets live in normlimits.core.protocol; a chapter over twice its budget fails the build."""
+    from normlimits.core.protocol import CHAPTER_BUDGET_SECONDS
+    from normlimits.book.timings import over_budget, read_timings
 
     timings = read_timings(built_book / "ledger")
     assert timings, "no chapter recorded its time (ctx.finish())"

@@ -39,7 +39,7 @@ def tiny_llama_folder(folder: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from normlimits.models import BYTE_TOKENIZER_FILE
+    from normlimits.model.pretrained import BYTE_TOKENIZER_FILE
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=260, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -67,7 +67,7 @@ def _copy_book(target: Path) -> Path:
 
 
 def test_the_whole_book_builds_strictly_on_a_tiny_llama(tmp_path):
-    from normlimits import ledger
+    from normlimits.claims import ledger
 
     model = tiny_llama_folder(tmp_path / "tiny-llama")
     book = _copy_book(tmp_path / "book-copy")

@@ -1,9 +1,9 @@
-"""The whole book's projected time (normlimits.book_projection): a line per chapter through two
+"""The whole book's projected time (normlimits.experiments.book_projection): a line per chapter through two
 measured builds."""
 
 import pytest
 
-from normlimits import book_projection as BP
+from normlimits.experiments import book_projection as BP
 
 SMALL = BP.BuildRecord("small", bench_seconds=10.0, chapters={"a": 20.0, "b": 5.0, "c": 30.0}, note="")
 LARGE = BP.BuildRecord("large", bench_seconds=60.0, chapters={"a": 120.0, "b": 5.0, "c": 25.0}, note="")

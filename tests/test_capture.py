@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from conftest import make_tiny_gpt2
-from normlimits.capture import capture_batch, capture_window, iter_captures
-from normlimits.models import LoadedModel, byte_encode
+from normlimits.model.capture import capture_batch, capture_window, iter_captures
+from normlimits.model.pretrained import LoadedModel, byte_encode
 
 
 def _wrap(model):
@@ -56,8 +56,8 @@ def test_parity_with_inverse_layer_scaling():
 
 
 def test_parity_on_the_standin():
-    from normlimits.corpus import load_corpus, token_windows
-    from normlimits.standin import load_standin
+    from normlimits.model.corpus import load_corpus, token_windows
+    from normlimits.model.standin import load_standin
 
     loaded = load_standin()
     ids = token_windows(loaded, load_corpus(), 256, 2)
@@ -118,7 +118,7 @@ def test_gpt2_captures_are_the_fused_c_attn_split_bit_for_bit(tiny_loaded):
 def test_half_precision_logits_round_as_the_eager_layer_does(dtype):
     """For half-precision captures (accelerators), logits are what eager attention computes,
     ``matmul(q, k^T) * scaling`` in that dtype, bit for bit; weights come out in float32."""
-    from normlimits.capture import WindowCapture
+    from normlimits.model.capture import WindowCapture
 
     torch.manual_seed(0)
     q, k = torch.randn(2, 3, 16, 8).to(dtype), torch.randn(2, 3, 16, 8).to(dtype)

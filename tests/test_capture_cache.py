@@ -10,10 +10,11 @@ import warnings
 import pytest
 import torch
 
-from normlimits import capture_cache as cc
-from normlimits import execution_cache
-from normlimits.capture import cached_captures, iter_captures
-from normlimits.corpus import Corpus, token_windows
+from normlimits.model import capture_cache as cc
+from normlimits.book import execution_cache
+from normlimits.model.capture_cache import cached_captures
+from normlimits.model.capture import iter_captures
+from normlimits.model.corpus import Corpus, token_windows
 
 TEXT = "Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. " * 8
 

@@ -8,10 +8,12 @@ import json
 import pytest
 import torch
 
-from normlimits import attention_tap
-from normlimits.capture import capture_batch, capture_window
-from normlimits.models import (BYTE_TOKENIZER_FILE, LoadedModel, UnsupportedModelError, byte_encode,
-                               check_supported, load_model)
+from normlimits.model import attention_tap
+from normlimits.model.capture import capture_batch, capture_window
+from normlimits.model.pretrained import (
+    BYTE_TOKENIZER_FILE, LoadedModel, byte_encode, check_supported)
+from normlimits.model.errors import UnsupportedModelError
+from normlimits.model.load import load_model
 
 VOCAB = 300
 POSITIONS = 64
@@ -203,7 +205,7 @@ def test_sliding_window_beyond_its_width_is_refused():
     loaded = tiny("mistral")                       # sliding window 24
     with pytest.raises(ValueError, match="sliding window=24"):
         capture_window(loaded, torch.randint(0, VOCAB, (30,)))
-    from normlimits import capture
+    from normlimits.model import capture
 
     with pytest.raises(UnsupportedModelError, match="sliding window of 24 tokens"):
         capture._forward(loaded.model, torch.randint(0, VOCAB, (1, 30)))
@@ -269,7 +271,7 @@ def test_device_map_auto_through_accelerate_on_the_cpu(tmp_path):
 def test_output_projections_are_each_layers_w_o_in_layer_order(family):
     """output_projections(model)[l] maps layer l's concatenated head outputs to what its output
     projection returns (less its bias): checked on the projection's own input and output."""
-    from normlimits.capture import output_projections
+    from normlimits.model.capture import output_projections
 
     loaded = tiny(family)
     matrices = output_projections(loaded.model)
@@ -293,8 +295,8 @@ def test_output_projections_are_each_layers_w_o_in_layer_order(family):
 def test_removal_sweep_runs_on_a_llama():
     """The removal experiment finds each layer's output projection through the capture layer, so a
     Llama (no GPT-2 module names) runs it; at N = L nothing is removed."""
-    from normlimits import removal as R
-    from normlimits.capture import capture_window
+    from normlimits.experiments import removal as R
+    from normlimits.model.capture import capture_window
 
     loaded = tiny("llama")
     windows = torch.randint(0, VOCAB, (2, 32))
@@ -318,7 +320,7 @@ def test_projection_gradients_are_each_layers_own_parameter_gradients(family):
     """projection_gradients(model)[l] holds layer l's W_Q, W_K, W_V, W_O weight gradients: the sum
     of their squares equals the one read from the family's own parameter names (GPT-2's fused
     c_attn: its three column blocks), and a model without gradients gives None."""
-    from normlimits.capture import projection_gradients
+    from normlimits.model.capture import projection_gradients
 
     loaded = tiny(family)
     model = loaded.model
@@ -346,8 +348,8 @@ def test_projection_gradients_are_each_layers_own_parameter_gradients(family):
 
 def test_projection_gradients_refuse_a_module_with_unknown_projections():
     """GPT-NeoX fuses Q, K, V per head (query_key_value, interleaved): not split as thirds, refused."""
-    from normlimits.capture import projection_gradients
-    from normlimits.models import UnsupportedModelError
+    from normlimits.model.capture import projection_gradients
+    from normlimits.model.errors import UnsupportedModelError
 
     with pytest.raises(UnsupportedModelError, match="neither a fused projection"):
         projection_gradients(tiny("gpt_neox").model)

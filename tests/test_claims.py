@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from normlimits import claims, ledger
+from normlimits import claims
+from normlimits.claims import ledger
 from normlimits.claims import Criterion, Rule
 
 
@@ -136,9 +137,9 @@ def test_record_grades_by_the_registered_rule_and_upserts(tmp_path, monkeypatch)
     claims.record(_Ctx(), "L1", {"outside": 0, "exponent": -1.0}, "m", glue=False)
     rows = json.loads((tmp_path / "vanishing.json").read_text())
     assert [(r["id"], r["verdict"]) for r in rows] == [("C1", "confirmed"), ("L1", "confirmed")]
-    collected = ledger.collect(tmp_path, ["vanishing"])
+    collected = claims.collect(tmp_path, ["vanishing"])
     assert [r["id"] for r in collected] == ["L1", "C1"], "registry order"
-    assert ledger.missing_claims(collected, ["vanishing"]) == ["vanishing:C1S", "vanishing:NU",
+    assert claims.missing_claims(collected, ["vanishing"]) == ["vanishing:C1S", "vanishing:NU",
                                                              "vanishing:VAR"]
 
 
@@ -196,7 +197,7 @@ def test_alternatives_claims_are_generated_per_normaliser_and_yardstick():
 def test_model_labels_and_the_papers_model():
     """short_model drops the parameter count; only the model setting gpt2 is the paper's model
     (the Verdicts page's layout is tested in tests/test_verdicts_page.py)."""
-    from normlimits.sphinx_ledger import on_paper_model, short_model
+    from normlimits.book.sphinx_ledger import on_paper_model, short_model
 
     assert short_model("gpt2 (default) (124.4M params)") == "gpt2 (default)"
     assert on_paper_model({"model": "gpt2 (default) (124.4M params)"})

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from normlimits import claims
-from normlimits.protocol import SEPARABILITY_FLAT_SLOPE, SEPARABILITY_PLATEAU
+from normlimits.core.protocol import SEPARABILITY_FLAT_SLOPE, SEPARABILITY_PLATEAU
 
 
 def grade(claim_id, **values):

@@ -1,4 +1,4 @@
-"""``normlimits compare``: audits side by side (normlimits.compare), and the shared tables."""
+"""``normlimits compare``: audits side by side (normlimits.audit.compare), and the shared tables."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from conftest import SHARED_CORPUS, make_tiny_gpt2
-from normlimits import audit, claims, compare, schema
-from normlimits.models import BYTE_TOKENIZER_FILE
+from normlimits.audit import command as audit, compare
+from normlimits import claims
+from normlimits.claims import schema
+from normlimits.model.pretrained import BYTE_TOKENIZER_FILE
 
 pytestmark = pytest.mark.skipif(not SHARED_CORPUS.is_file(), reason="the shared corpus is absent")
 QUICK = ["--yardsticks", "vanishing", "jacobian", "--length", "32", "--quiet"]

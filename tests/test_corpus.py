@@ -7,9 +7,9 @@ import hashlib
 import pytest
 import torch
 
-from normlimits.corpus import (CorpusError, load_corpus, strip_gutenberg, token_windows,
-                               window_starts)
-from normlimits.settings import SettingError
+from normlimits.model.corpus import (
+    CorpusError, load_corpus, strip_gutenberg, token_windows, window_starts)
+from normlimits.core.settings import SettingError
 
 
 def test_shared_corpus_loads_with_its_published_sha256():

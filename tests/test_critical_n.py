@@ -1,4 +1,4 @@
-"""normlimits.critical_n: the grid, the KS search, the fit, and both protocols end to end."""
+"""normlimits.metrics.critical_n: the grid, the KS search, the fit, and both protocols end to end."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 import torch
 from scipy.stats import ks_2samp
 
-from normlimits import critical_n as C
-from normlimits import readings as R
-from normlimits import token_means as TM
-from normlimits.protocol import TOP_N_GRID
+from normlimits.metrics import critical_n as C
+from normlimits.metrics import readings as R
+from normlimits.metrics import token_means as TM
+from normlimits.core.protocol import TOP_N_GRID
 
 from test_readings import FakeCapture
 

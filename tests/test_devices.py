@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from conftest import make_tiny_gpt2
-from normlimits.capture import capture_window
-from normlimits.devices import Placement, placement
-from normlimits.models import load_model
+from normlimits.model.capture import capture_window
+from normlimits.core.devices import Placement, placement
+from normlimits.model.load import load_model
 
 no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 
@@ -48,11 +48,11 @@ def test_cpu_path_loads_float32_on_the_cpu_and_captures_there(monkeypatch, saved
 
 def test_gpt2_random_and_the_standin_path_follow_the_placement(monkeypatch):
     """Named models (not only folders) are placed: the stand-in path moves the loaded model."""
-    from normlimits import models
+    from normlimits.model import load as models
 
     sentinel = models.LoadedModel(model=make_tiny_gpt2(), name="standin", source="s",
                                   encode=models.byte_encode, tokenizer_kind="bytes", is_paper_model=False)
-    import normlimits.standin as standin
+    import normlimits.model.standin as standin
 
     monkeypatch.setattr(standin, "load_standin", lambda corpus=None, recipe=None: sentinel)
     loaded = models.load_model("standin", device="cpu")

@@ -1,4 +1,4 @@
-"""Tests for normlimits.distances against slow, obviously correct loop references."""
+"""Tests for normlimits.metrics.distances against slow, obviously correct loop references."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from normlimits import distances as D
+from normlimits.metrics import distances as D
 
 DT = torch.float64      # the loop references are float64; so are the inputs they check
 
@@ -259,7 +259,7 @@ def test_sampled_expectation_matches_enumeration():
 
 
 def test_ks_critical_n_is_reexported():
-    from normlimits import critical_n
+    from normlimits.metrics import critical_n
 
     assert D.ks_critical_n is critical_n.ks_critical_n
 

@@ -9,7 +9,7 @@ import sympy as sp
 import torch
 from hypothesis import given, settings, strategies as st
 
-from normlimits import distances as D
+from normlimits.metrics import distances as D
 from normlimits.theory import distances as T
 
 
@@ -145,7 +145,7 @@ def test_flat_gaussian_limits():
 
 
 def _flat_gaussian_case(L=1024, d=16, n=5, samples=256, seed=0):
-    from normlimits.figure2 import flat_gaussian_case
+    from normlimits.experiments.figure2 import flat_gaussian_case
 
     return flat_gaussian_case(L=L, d=d, n=n, samples=samples, seed=seed)
 
@@ -174,8 +174,8 @@ def test_counterexample_breaks_the_old_corollary_2i_statement():
 def test_corrected_corollary_2i_holds_on_flat_and_random_rows(L, d, n, seed, flat):
     """The corrected Corollary 2(i) on exactly enumerated rows: (1) the main sum within
     (L-N)/L ((1+c) S -+ c L ||T||); (2) main <= E <= min((L-N)(N+1)/L S, (L-N)/L sqrt(L R2))."""
-    from normlimits import readings as R
-    from normlimits.figure2 import corrected_violations
+    from normlimits.metrics import readings as R
+    from normlimits.experiments.figure2 import corrected_violations
 
     n = min(n, L - 1)
     g = torch.Generator().manual_seed(seed)
@@ -195,7 +195,7 @@ def test_corrected_corollary_2i_holds_on_flat_and_random_rows(L, d, n, seed, fla
 
 
 def test_corrected_violations_counts_a_broken_row():
-    from normlimits.figure2 import corrected_violations
+    from normlimits.experiments.figure2 import corrected_violations
 
     w = torch.softmax(torch.randn(1, 6, dtype=torch.float64), -1)
     x = torch.randn(6, 3, dtype=torch.float64)

@@ -14,11 +14,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from normlimits import distances as D
-from normlimits import jacobian as J
-from normlimits import readings as RD
-from normlimits import separability as S
-from normlimits.validation import InputError
+from normlimits.metrics import distances as D
+from normlimits.metrics import jacobian as J
+from normlimits.metrics import readings as RD
+from normlimits.metrics import separability as S
+from normlimits.core.validation import InputError
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -369,7 +369,7 @@ def test_mc_var_from_one_sample_is_nan_at_every_n():
 # ------------------------------------------------------------------------ property tests, metrics
 
 # coordinates 0 or at least 1e-3 in size: squared norms below ~1e-308 underflow in every
-# float64 formula (out of scope, see normlimits.gram)
+# float64 formula (out of scope, see normlimits.metrics.gram)
 _coord = (st.sampled_from([-2.0, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 3.0]) | st.floats(1e-3, 3)
           | st.floats(-3, -1e-3))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from normlimits import execution_cache as ec
+from normlimits.book import execution_cache as ec
 
 
 def _fake_build(tmp_path):

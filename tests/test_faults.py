@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from normlimits import faults as F
+from normlimits.dev import faults as F
 
 
 def _fault(old="VALUE = 1", new="VALUE = 2", tests=("tests/test_value.py",), chapters=()):

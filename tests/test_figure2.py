@@ -1,4 +1,4 @@
-"""normlimits.figure2: the distances chapter's numbers, against direct computations."""
+"""normlimits.experiments.figure2: the distances chapter's numbers, against direct computations."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from normlimits import distances as D
-from normlimits import figure2 as F2
-from normlimits import token_means as TM
-from normlimits.fits import loglog_fit
-from normlimits.readings import FORMS
+from normlimits.metrics import distances as D
+from normlimits.experiments import figure2 as F2
+from normlimits.metrics import token_means as TM
+from normlimits.core.fits import loglog_fit
+from normlimits.metrics.readings import FORMS
 
 from test_readings import FakeCapture
 
@@ -86,7 +86,7 @@ def test_figures_draw(small_study):
     import matplotlib
 
     matplotlib.use("Agg")
-    from normlimits import critical_n as C
+    from normlimits.metrics import critical_n as C
 
     caps, study, sweep_b = small_study
     sweep_a = D.sweep_length(caps, LENGTHS, 5)
@@ -102,7 +102,7 @@ def test_figures_draw(small_study):
 def test_synthetic_checks_enumerate_wherever_the_subsets_are_few():
     """N = 1 and N = L - 1 have L subsets: E is exact there, so a heavy-tailed Monte Carlo
     estimate cannot make a proven inequality look broken on peaked rows."""
-    from normlimits import figure2 as F2
+    from normlimits.experiments import figure2 as F2
 
     syn = F2.synthetic_checks(trials=4, samples=20, lengths=(128,), scales=(4.0,))
     kinds = dict(zip(syn.table["N"], syn.table["E"]))

@@ -1,4 +1,4 @@
-"""Tests for the Figure 4 read-outs (normlimits.figure4) on profiles with known curves."""
+"""Tests for the Figure 4 read-outs (normlimits.experiments.figure4) on profiles with known curves."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from normlimits import figure4 as F4
-from normlimits.jacobian import SensitivityProfile, default_temperatures
+from normlimits.experiments import figure4 as F4
+from normlimits.metrics.jacobian import SensitivityProfile, default_temperatures
 
 
 def _profile(g_of_t, heads=3):
@@ -104,7 +104,7 @@ def test_every_band_of_figure4_names_what_it_is():
 # ------------------------------------------------------------ intervals over windows (issue 31)
 def _windowed_profile(windows=5, heads=4, seed=0):
     """A real sensitivity profile of random logit blocks, one per window (same rows each)."""
-    from normlimits.jacobian import sensitivity_profile
+    from normlimits.metrics.jacobian import sensitivity_profile
 
     gen = torch.Generator().manual_seed(seed)
     blocks = [torch.randn(heads, 6, 16, generator=gen, dtype=torch.float64) * (1 + w)
@@ -124,7 +124,7 @@ def test_claim_intervals_are_the_statistics_of_resampled_windows_and_hold_the_es
     to the estimate where they miss it."""
     from dataclasses import replace
 
-    from normlimits import bootstrap as B
+    from normlimits.core import bootstrap as B
 
     p = _windowed_profile()
     got = F4.claim_intervals(p, resamples=9, seed=4)
@@ -153,7 +153,7 @@ def test_the_undecided_sentence_names_each_undecided_criterion_with_its_half_win
     """EPS's ordered share straddling 0.9 (built by hand on the profile's statistics): the sentence
     gives its interval on all windows and on the first half, and a window count; a profile whose
     verdicts are all decided says so."""
-    from normlimits.bootstrap import Interval
+    from normlimits.core.bootstrap import Interval
 
     p = _windowed_profile(windows=6)
     values = F4.claim_values(F4.curves(p))

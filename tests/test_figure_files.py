@@ -1,4 +1,4 @@
-"""Figures as PNG, SVG and PDF (normlimits.figure_files), and SVG inline in one HTML page."""
+"""Figures as PNG, SVG and PDF (normlimits.audit.figure_files), and SVG inline in one HTML page."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from normlimits.figure_files import FORMATS, inline_svg, render  # noqa: E402
+from normlimits.audit.figure_files import FORMATS, inline_svg, render
 
 
 def _figure(title: str):

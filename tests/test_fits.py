@@ -1,4 +1,4 @@
-"""The book's one log-log fit and the line through the origin (normlimits.fits)."""
+"""The book's one log-log fit and the line through the origin (normlimits.core.fits)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from normlimits.fits import loglog_fit, slope_through_origin
+from normlimits.core.fits import loglog_fit, slope_through_origin
 
 LENGTHS = [32, 64, 128, 256, 512, 1024]
 

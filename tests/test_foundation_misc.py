@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from normlimits import cache, ledger, settings
-from normlimits.book import check, check_bound, provenance_lines
+from normlimits.core import cache, settings
+from normlimits.claims import ledger
+from normlimits.book.chapter import check, check_bound, provenance_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +63,7 @@ def test_check_helpers_fail_on_violations():
 
 
 def test_banner_says_when_the_model_is_not_the_papers(tiny_loaded):
-    from normlimits.corpus import load_corpus
+    from normlimits.model.corpus import load_corpus
 
     lines = provenance_lines(tiny_loaded, load_corpus(), 8)
     text = " ".join(lines)
@@ -98,7 +99,7 @@ def test_verdicts_page_is_rewritten_whenever_a_chapter_is_reread(tmp_path):
     did not change; with nothing re-read, nothing is added."""
     from types import SimpleNamespace
 
-    from normlimits import sphinx_ledger
+    from normlimits.book import sphinx_ledger
 
     (tmp_path / "verdicts.md").write_text("# Verdicts\n\n```{claims-ledger}\n```\n")
     (tmp_path / "vanishing.md").write_text("# A chapter\n")
@@ -113,8 +114,8 @@ def test_verdicts_page_is_rewritten_whenever_a_chapter_is_reread(tmp_path):
 def test_corpus_label_names_war_and_peace_without_its_front_matter():
     import hashlib
 
-    from normlimits.book import corpus_label
-    from normlimits.corpus import Corpus
+    from normlimits.model.corpus import corpus_label
+    from normlimits.model.corpus import Corpus
 
     text = "\ufeffWell, Prince, so Genoa and Lucca are now just family estates of the Buonapartes."
     label = corpus_label(Corpus(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(),
@@ -125,7 +126,7 @@ def test_corpus_label_names_war_and_peace_without_its_front_matter():
 
 
 def test_downloadable_notebook_drops_stderr_like_the_page():
-    from normlimits.sphinx_downloads import without_stderr
+    from normlimits.book.sphinx_downloads import without_stderr
 
     nb = {"cells": [{"cell_type": "code", "outputs": [
         {"output_type": "stream", "name": "stderr", "text": "/home/me/.venv/...: TqdmWarning"},
@@ -139,7 +140,7 @@ def test_downloadable_notebook_drops_stderr_like_the_page():
 def test_public_text_hides_a_cache_folder_set_by_its_setting(tmp_path, monkeypatch):
     """A provenance line names a cached stand-in's folder; the site shows the setting, not the
     building machine's path (home and repository folders as ``~`` and ``.``)."""
-    from normlimits.book import public_text
+    from normlimits.core.paths import public_text
 
     cache_folder = tmp_path / "ci-cache"
     monkeypatch.setenv("NORMLIMITS_CACHE", str(cache_folder))
@@ -154,10 +155,10 @@ def test_glue_all_glues_python_numbers_and_returns_nothing_to_print(monkeypatch)
     page as a raw repr (np.float64(...), tensor(...)), which the site test now refuses."""
     import numpy as np
 
-    from normlimits import book
+    from normlimits.book import chapter as book
 
     glued = {}
-    monkeypatch.setattr("normlimits.glued.glue", lambda name, value: glued.__setitem__(name, value))
+    monkeypatch.setattr("normlimits.core.glued.glue", lambda name, value: glued.__setitem__(name, value))
     assert book.glue_all({"a": np.float64(0.5), "b": torch.tensor(2.0, dtype=torch.float64),
                           "c": "words", "d": 3}) is None
     assert glued == {"a": 0.5, "b": 2.0, "c": "words", "d": 3}
@@ -167,9 +168,10 @@ def test_glue_all_glues_python_numbers_and_returns_nothing_to_print(monkeypatch)
 
 
 def test_verdicts_and_numbers_are_glued_through_one_function(monkeypatch, tmp_path):
-    """claims.record glues a verdict through normlimits.glued.glue, the function glue_all uses
+    """claims.record glues a verdict through normlimits.core.glued.glue, the function glue_all uses
     (the package's one call into myst_nb.glue), under the claim's glue key."""
-    from normlimits import claims, glued
+    from normlimits import claims
+    from normlimits.core import glued
 
     seen = {}
     monkeypatch.setattr(glued, "glue", lambda name, value: seen.__setitem__(name, value))
@@ -183,8 +185,9 @@ def test_checkout_root_is_the_repository_and_the_tools_use_it():
     """The bench's output and the planted faults find the repository through one function."""
     from pathlib import Path
 
-    from normlimits import bench, faults
-    from normlimits.settings import checkout_root
+    from normlimits.experiments import bench
+    from normlimits.dev import faults
+    from normlimits.core.paths import checkout_root
 
     root = checkout_root()
     assert root is not None and (root / "pyproject.toml").is_file() and (root / "src" / "normlimits").is_dir()

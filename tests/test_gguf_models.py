@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from normlimits import gguf_models as G
-from normlimits.cache import CacheError
-from normlimits.models import ModelError, load_model
+from normlimits.model import gguf as G
+from normlimits.core.cache import CacheError
+from normlimits.model.errors import ModelError
+from normlimits.model.load import load_model
 
 
 #: the project's cache as the session set it, before this module's fixture points it elsewhere (the
@@ -154,8 +155,8 @@ def test_a_gguf_path_as_the_model_setting_loads_the_same_model(converted, monkey
 def test_it_is_a_language_model_far_below_the_stand_in_and_the_bigram(converted, monkeypatch):
     """Held-out bits per byte on the same War and Peace bytes: the real model, the stand-in and the
     bigram baseline (a broken load, e.g. the weights in the wrong order, gives ~8 bits or more)."""
-    from normlimits.corpus import load_corpus
-    from normlimits.heldout import bigram_bits_per_byte, bits_per_byte, held_out_texts
+    from normlimits.model.corpus import load_corpus
+    from normlimits.model.heldout import bigram_bits_per_byte, bits_per_byte, held_out_texts
 
     corpus = load_corpus()
     texts = held_out_texts(corpus.text, count=4)
@@ -178,7 +179,7 @@ def test_audit_runs_on_the_shipped_gguf_file_and_refuses_a_truncated_copy(conver
     vanishing yardstick); a copy cut short is refused before anything runs, naming --model."""
     import json
 
-    from normlimits import audit
+    from normlimits.audit import command as audit
 
     info = G.inspect_gguf(G.smollm2_path())
     monkeypatch.setenv("NORMLIMITS_CACHE", str(G.converted_dir(info).parents[1]))

@@ -1,8 +1,8 @@
-"""The self-contained HTML pieces (normlimits.html_page)."""
+"""The self-contained HTML pieces (normlimits.audit.html_page)."""
 
 from __future__ import annotations
 
-from normlimits import html_page as H
+from normlimits.audit import html_page as H
 
 
 def test_number_and_value_text_with_and_without_an_interval():

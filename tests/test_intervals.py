@@ -1,4 +1,4 @@
-"""Intervals and three-way grading (issue 31): normlimits.bootstrap's percentile intervals and
+"""Intervals and three-way grading (issue 31): normlimits.core.bootstrap's percentile intervals and
 the rules' decisions over an interval (pass, fail, undecided), the verdict "inconclusive" where an
 undecided criterion could change the verdict, and the ledger refusing a verdict its intervals do
 not support."""
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from normlimits import bootstrap as B
-from normlimits import claims, ledger
+from normlimits.core import bootstrap as B
+from normlimits import claims
+from normlimits.claims import ledger
 from normlimits.claims.rules import Criterion, Rule, regrade
 
 
@@ -196,7 +197,7 @@ def test_a_registered_claim_with_a_straddling_interval_is_inconclusive_and_the_l
         claims.make_row("NU", values, "m", chapter="vanishing", model="x",
                         intervals={"exponent": B.Interval(-1.1, -0.95, 8),
                                    "entropy": B.Interval(0.92, 0.97, 4)})
-    with pytest.raises(ValueError, match="must be a normlimits.bootstrap.Interval"):
+    with pytest.raises(ValueError, match="must be a normlimits.core.bootstrap.Interval"):
         claims.make_row("NU", values, "m", chapter="vanishing", model="x",
                         intervals={"exponent": (-1.1, -0.95)})
 

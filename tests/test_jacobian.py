@@ -11,7 +11,7 @@ import sympy as sp
 import torch
 from hypothesis import given, settings, strategies as st
 
-from normlimits import jacobian as J
+from normlimits.metrics import jacobian as J
 from normlimits.theory import jacobian as TJ
 from test_edges import exact_g
 

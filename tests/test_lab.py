@@ -1,8 +1,8 @@
 """``make lab``: JupyterLab opens chapters as notebooks rendered as MyST, glued numbers included.
 
-The unit tests check the configuration ``python -m normlimits.lab`` writes and the translation of
-glue roles (:mod:`normlimits.lab_contents`, :mod:`normlimits.glued`). The browser test does what a
-reader does: it starts JupyterLab exactly as ``make lab`` does (``python -m normlimits.lab``) on a
+The unit tests check the configuration ``python -m normlimits.book.lab`` writes and the translation of
+glue roles (:mod:`normlimits.book.lab_contents`, :mod:`normlimits.core.glued`). The browser test does what a
+reader does: it starts JupyterLab exactly as ``make lab`` does (``python -m normlimits.book.lab``) on a
 copy of the book and a free local port, opens one chapter in headless Chromium (Debian's
 ``chromium``, driven by Playwright), runs all cells on the stand-in, and checks the rendered page:
 no raw MyST (``{prf:``, ``:::``, ``$``, glue roles) in the Markdown cells, every glued number of the
@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from normlimits import glued, lab, lab_contents
+from normlimits.core import glued
+from normlimits.book import lab, lab_contents
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the chapter the browser test runs (the quickest on the stand-in); NORMLIMITS_LAB_CHAPTER overrides
@@ -78,8 +79,8 @@ def test_lab_command_opens_the_book_folder_and_passes_options():
 def test_glue_roles_become_expressions_and_come_back_unchanged():
     text = "a {glue:text}`x:.2f` b {glue:text}`y` c {glue:text}`other.md::z:.1f` {glue:figure} d"
     lab_text = lab_contents.glue_to_eval(text)
-    assert '{eval}`__import__("normlimits.glued").glued.paste("x:.2f")`' in lab_text
-    assert '{eval}`__import__("normlimits.glued").glued.paste("y")`' in lab_text
+    assert '{eval}`__import__("normlimits.core.glued").core.glued.paste("x:.2f")`' in lab_text
+    assert '{eval}`__import__("normlimits.core.glued").core.glued.paste("y")`' in lab_text
     assert "{glue:text}`other.md::z:.1f`" in lab_text, "a cross-page role cannot be evaluated"
     assert lab_contents.eval_to_glue(lab_text) == text
 
@@ -150,7 +151,7 @@ def lab_server(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", NORMLIMITS_WINDOWS="2",
                NORMLIMITS_LEDGER_DIR=str(tmp_path / "ledger"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
     log = tmp_path / "lab.log"
-    command = [sys.executable, "-m", "normlimits.lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+    command = [sys.executable, "-m", "normlimits.book.lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
                "--LabApp.expose_app_in_browser=True", f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
                f"--LabApp.user_settings_dir={tmp_path / 'user-settings'}"]

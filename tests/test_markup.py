@@ -1,4 +1,4 @@
-"""Markup that cannot break (normlimits.markup) and a rule's outcomes in words (claims.rules)."""
+"""Markup that cannot break (normlimits.core.markup) and a rule's outcomes in words (claims.rules)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from normlimits.claims import describe_outcomes
 from normlimits.claims.rules import describe_condition
-from normlimits.markup import html_table, inline_html, significant, with_interval
+from normlimits.core.markup import html_table, inline_html, significant, with_interval
 
 
 @pytest.mark.parametrize("value, text", [

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from conftest import make_tiny_gpt2
-from normlimits import models
-from normlimits.models import BYTE_TOKENIZER_FILE, ModelError, load_model, load_pretrained
+from normlimits.model import load as models
+from normlimits.model.pretrained import BYTE_TOKENIZER_FILE, load_pretrained
+from normlimits.model.errors import ModelError
+from normlimits.model.load import load_model
 
 
 def test_unknown_name_is_a_clear_error():
@@ -98,8 +100,8 @@ def _offline(monkeypatch):
 def test_unset_setting_falls_back_to_the_real_offline_model(monkeypatch):
     """Unset means GPT-2 if it can be had; offline without a cache that is SmolLM2-135M, with a
     note saying why in a sentence (not the whole error)."""
-    import normlimits.gguf_models as gguf_models
-    import normlimits.standin as standin
+    import normlimits.model.gguf as gguf_models
+    import normlimits.model.standin as standin
 
     _offline(monkeypatch)
     real = _sentinel("smollm2-135m")
@@ -113,8 +115,8 @@ def test_unset_setting_falls_back_to_the_real_offline_model(monkeypatch):
 
 def test_unset_setting_falls_back_to_standin_without_the_real_model(monkeypatch):
     """Where the real offline model is not installed either, the stand-in, with a note naming both."""
-    import normlimits.gguf_models as gguf_models
-    import normlimits.standin as standin
+    import normlimits.model.gguf as gguf_models
+    import normlimits.model.standin as standin
 
     _offline(monkeypatch)
 
@@ -151,8 +153,8 @@ def test_gpt2_random_has_gpt2_small_shape():
 def test_a_chapter_may_name_the_stand_in_as_its_offline_model(monkeypatch):
     """offline='standin': where the setting is unset and GPT-2 cannot be had, the stand-in (not the
     real offline model), with the chapter's reason in its notes; a set setting wins."""
-    import normlimits.gguf_models as gguf_models
-    import normlimits.standin as standin
+    import normlimits.model.gguf as gguf_models
+    import normlimits.model.standin as standin
 
     _offline(monkeypatch)
     sentinel = _sentinel("standin")

@@ -10,8 +10,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from normlimits import multihead as MH
-from normlimits.separability import geometric_separability
+from normlimits.metrics import multihead as MH
+from normlimits.metrics.separability import geometric_separability
 
 
 def causal_softmax(logits):

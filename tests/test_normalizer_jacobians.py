@@ -1,4 +1,4 @@
-"""Tests of normlimits.normalizer_jacobians: exact Jacobians, spectral norms, products, worst cases."""
+"""Tests of normlimits.metrics.normalizer_jacobians: exact Jacobians, spectral norms, products, worst cases."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from normlimits import alternatives as A
-from normlimits import jacobian as J
-from normlimits import normalizer_jacobians as NJ
-from normlimits.normalizers import NORMALIZERS, sink_normalizer, softmax_one, ssmax_gamma_normalizer
+from normlimits.experiments import alternatives as A
+from normlimits.metrics import jacobian as J
+from normlimits.metrics import normalizer_jacobians as NJ
+from normlimits.metrics.normalizers import (
+    NORMALIZERS, sink_normalizer, softmax_one, ssmax_gamma_normalizer)
 
 NEG_INF = float("-inf")
 #: every registered normaliser plus the variants the chapter builds (a sink, another SSMax scale)
@@ -89,7 +90,7 @@ def test_closed_form_products_equal_autograd(name, temperature):
     assert torch.allclose(exact[0](v), auto[0](v), atol=1e-12)
     assert torch.allclose(exact[1](u), auto[1](u), atol=1e-12)
     if name == "adaptive":
-        from normlimits.normalizers import _entropy_masked
+        from normlimits.metrics.normalizers import _entropy_masked
 
         _, h = _entropy_masked(torch.where(vis, z, 0.0), vis, -1)
         assert bool(((h > 0.85) & (h < 5.9)).any())       # the beta' term was exercised
@@ -204,7 +205,7 @@ def test_worst_case_needs_n_for_length_aware_ones_and_unknown_functions_are_refu
         NJ.worst_case_jacobian("ssmax", 1.0)
     with pytest.raises(ValueError, match="pass n"):
         NJ.worst_case_jacobian("asentmax", 1.0)
-    from normlimits.normalizers import Normalizer
+    from normlimits.metrics.normalizers import Normalizer
 
     odd = Normalizer("odd", "odd", lambda z, dim=-1, n=None: z, "x", "x", True, False, False)
     with pytest.raises(ValueError, match="no Jacobian"):

@@ -1,4 +1,4 @@
-"""Tests of normlimits.normalizers: every normaliser's defining properties, masks and gradients."""
+"""Tests of normlimits.metrics.normalizers: every normaliser's defining properties, masks and gradients."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from normlimits import normalizers as N
-from normlimits.normalizers import NORMALIZERS
+from normlimits.metrics import normalizers as N
+from normlimits.metrics.normalizers import NORMALIZERS
 
 NAMES = list(NORMALIZERS)
 NEG_INF = float("-inf")

@@ -63,7 +63,7 @@ def page_runs(root: ET.Element):
 
 
 def test_the_pdf_covers_the_book(pdf):
-    from normlimits.pages import toc_files
+    from normlimits.book.pages import toc_files
     import yaml
 
     chapters = toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text()))

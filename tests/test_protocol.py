@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from normlimits import protocol as P
+from normlimits.core import protocol as P
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_DIGEST = ROOT.parent / "shared" / "spec" / "paper.md"
@@ -71,7 +71,7 @@ def test_grids_are_the_books_choices_and_protocol_is_used_by_the_bench():
     assert max(P.SEPARABILITY_N_GRID) > P.SEPARABILITY_KNEE
     with pytest.raises(ValueError):
         P.length_grid(64, 32)
-    from normlimits import bench
+    from normlimits.experiments import bench
     config = bench.BenchConfig()
     assert config.fixed_n == P.FIXED_N and tuple(config.top_n) == P.TOP_N_GRID
     assert tuple(config.alphas) == P.KS_ALPHAS and tuple(config.epsilons) == P.EPSILONS
@@ -79,7 +79,7 @@ def test_grids_are_the_books_choices_and_protocol_is_used_by_the_bench():
 
 
 def test_sampling_is_full_up_to_gpt2_and_reduced_above():
-    from normlimits import protocol as P
+    from normlimits.core import protocol as P
 
     stand_in = P.sampling_for(16, 1024, 8)
     assert stand_in.full and stand_in.study_windows == 8 and stand_in.per_octave == P.POSITIONS_PER_OCTAVE

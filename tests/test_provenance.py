@@ -1,4 +1,4 @@
-"""The provenance block (normlimits.provenance): hashes, versions, git state, the model's files,
+"""The provenance block (normlimits.audit.provenance): hashes, versions, git state, the model's files,
 the tokenizer and the windows."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from conftest import SHARED_CORPUS, make_tiny_gpt2
-from normlimits import provenance as P
-from normlimits.models import BYTE_TOKENIZER_FILE, LoadedModel, byte_encode
+from normlimits.audit import provenance as P
+from normlimits.model.pretrained import BYTE_TOKENIZER_FILE, LoadedModel, byte_encode
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,7 +130,7 @@ def test_model_source_of_a_folder_lists_every_file_with_its_sha256(saved):
 
 
 def test_model_source_of_the_standins_random_weights_and_a_gguf_file(saved, tmp_path):
-    from normlimits.models import GPT2_RANDOM, RANDOM_WEIGHTS_SEED
+    from normlimits.model.load import GPT2_RANDOM, RANDOM_WEIGHTS_SEED
 
     folder, model = saved
     standin = P.model_source(_loaded(model, "standin"))
@@ -188,7 +188,7 @@ def test_tokenizer_info(saved, tmp_path):
 
 
 def test_window_positions_are_where_the_windows_were_cut(tiny_loaded):
-    from normlimits.corpus import Corpus, corpus_tokens, token_windows
+    from normlimits.model.corpus import Corpus, corpus_tokens, token_windows
 
     text = "Well, Prince, so Genoa and Lucca are now just family estates. " * 40
     corpus = Corpus(text, hashlib.sha256(text.encode()).hexdigest(), "test text")

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from normlimits import colab, sphinx_publish
-from normlimits.pages import is_notebook, notebook_pages, toc_files
+from normlimits.book import colab, sphinx_publish
+from normlimits.book.pages import is_notebook, notebook_pages, toc_files
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "book.yml"
@@ -167,7 +167,7 @@ def test_a_bad_address_is_an_error_naming_the_setting(bad):
 def test_the_setting_is_empty_in_the_repository():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert config["repository"]["url"] == ""
-    assert "normlimits.sphinx_publish" in config["sphinx"]["extra_extensions"]
+    assert "normlimits.book.sphinx_publish" in config["sphinx"]["extra_extensions"]
 
 
 def book_copy(tmp_path: Path, url: str) -> Path:
@@ -204,7 +204,7 @@ def test_binder_installs_the_book_as_make_install_does():
     torch_pin = re.search(r"TORCH_PIN := (\S+)", make).group(1)
     assert torch_pin in post and "-r requirements.lock" in post and "--no-deps -e ." in post
     assert "--no-deps -r requirements-nodeps.txt" in post and "requirements-nodeps.txt" in make
-    assert "normlimits.lab --configure-only" in post
+    assert "-m normlimits lab --configure-only" in post
     assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-3.11"
     result = run_tool(tool("shellcheck"), str(ROOT / "binder" / "postBuild"))
     assert result.returncode == 0, result.stdout

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from conftest import make_tiny_gpt2
-from normlimits import quant_roundtrip as Q
-from normlimits.cache import CacheError
-from normlimits.corpus import Corpus
-from normlimits.models import LoadedModel, byte_decode, byte_encode
+from normlimits.audit import quant_roundtrip as Q
+from normlimits.core.cache import CacheError
+from normlimits.model.corpus import Corpus
+from normlimits.model.pretrained import LoadedModel, byte_decode, byte_encode
 
 TEXT = ("Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. " * 60)
 CORPUS = Corpus(TEXT, hashlib.sha256(TEXT.encode()).hexdigest(), "test text")
@@ -121,7 +121,7 @@ def test_the_header_reader_agrees_with_ggufs_reader(tmp_path):
 
 def test_the_shipped_file_is_q4_1_with_an_8_bit_tied_embedding():
     """What the page's plan mirrors, read from the file the book's real model comes from."""
-    from normlimits.gguf_models import GGUFError
+    from normlimits.model.gguf import GGUFError
 
     try:
         plan = Q.reference_plan()
@@ -272,8 +272,8 @@ def compared(tiny, capture_cache):
 
 
 def test_compare_runs_the_audits_yardsticks_on_both_copies(tiny, compared):
-    from normlimits import architectures as A
-    from normlimits import heldout
+    from normlimits.audit import architectures as A
+    from normlimits.model import heldout
 
     result, _ = compared
     assert json.loads(json.dumps(result)) == result, "the result is JSON-able as cached"

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from normlimits import claims, ledger
-from normlimits import reading_table as RT
-from normlimits import sphinx_ledger as S
+from normlimits import claims
+from normlimits.claims import ledger
+from normlimits.experiments import reading_table as RT
+from normlimits.book import sphinx_ledger as S
 
 MODEL = "standin (2.0M params)"
 
@@ -124,7 +125,7 @@ def test_an_inconclusive_row_agrees_with_the_verdicts_its_interval_leaves_open()
     corrected), the survey's single window says corrected: no disagreement. A refuted row, which
     no pass/fail of `ordered` can give, still disagrees; so do two decided rows that each agree
     with the inconclusive one but not with each other."""
-    from normlimits.bootstrap import Interval
+    from normlimits.core.bootstrap import Interval
 
     def eps(ordered, extremes, chapter, intervals=None, variant=None):
         row = claims.make_row("EPS", {"ordered": ordered, "extremes": extremes}, "m", chapter=chapter,

@@ -1,4 +1,4 @@
-"""normlimits.reading_table: the numbers of each reading, and the choice of the reading a verdict rests on."""
+"""normlimits.experiments.reading_table: the numbers of each reading, and the choice of the reading a verdict rests on."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from normlimits import critical_n as C
-from normlimits import reading_table as RT
-from normlimits import token_means as TM
-from normlimits.readings import FORMS
+from normlimits.metrics import critical_n as C
+from normlimits.experiments import reading_table as RT
+from normlimits.metrics import token_means as TM
+from normlimits.metrics.readings import FORMS
 
 from test_readings import FakeCapture
 

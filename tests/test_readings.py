@@ -1,4 +1,4 @@
-"""normlimits.readings against loops over tokens and enumeration of every subset."""
+"""normlimits.metrics.readings against loops over tokens and enumeration of every subset."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from normlimits import distances as D
-from normlimits import readings as R
-from normlimits import token_means as TM
+from normlimits.metrics import distances as D
+from normlimits.metrics import readings as R
+from normlimits.metrics import token_means as TM
 
 DT = torch.float64
 
@@ -179,7 +179,7 @@ class FakeCapture:
 
 
 def test_ties_at_the_top_n_boundary_follow_the_book_rule():
-    """Flat rows tie every key: the top-N set must be the N earliest keys (normlimits.selection),
+    """Flat rows tie every key: the top-N set must be the N earliest keys (normlimits.core.selection),
     in readings and in distances alike; a row with a tie only at the boundary too."""
     L, d = 9, 3
     x = torch.randn(L, d, generator=torch.Generator().manual_seed(7), dtype=DT)

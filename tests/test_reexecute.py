@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from normlimits import ledger
-from normlimits.replicas import glue_keys_made, glue_keys_used
-from normlimits.pages import notebook_pages
+from normlimits import claims
+from normlimits.claims import ledger
+from normlimits.book.replicas import glue_keys_made, glue_keys_used
+from normlimits.book.pages import notebook_pages
 
 pytestmark = pytest.mark.book
 
@@ -86,5 +87,5 @@ def test_chapter_executes_in_a_fresh_kernel(path, tmp_path, monkeypatch, built_b
     rows = ledger.read_rows(tmp_path / "ledger" / f"{chapter}.json")
     for row in rows:
         ledger.validate_row(row)
-    owed = ledger.missing_claims(rows, [chapter])
+    owed = claims.missing_claims(rows, [chapter])
     assert not owed, f"{path.name} did not record {owed} in the ledger"

@@ -1,4 +1,4 @@
-"""Tests of normlimits.removal: attention with all but the top-N tokens removed."""
+"""Tests of normlimits.experiments.removal: attention with all but the top-N tokens removed."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import make_tiny_gpt2
 
-from normlimits import attention_tap
-from normlimits import removal as R
-from normlimits.capture import capture_window
+from normlimits.model import attention_tap
+from normlimits.experiments import removal as R
+from normlimits.model.capture import capture_window
 
 
 def test_keep_top_n_keeps_exactly_n_with_ties_to_the_lower_index():
@@ -31,8 +31,8 @@ def test_keep_top_n_keeps_exactly_n_with_ties_to_the_lower_index():
 
 
 def _reference_keep(weights, k):
-    """The kept weights by the book's selection rule (normlimits.selection.top_n), row by row."""
-    from normlimits.selection import top_n
+    """The kept weights by the book's selection rule (normlimits.core.selection.top_n), row by row."""
+    from normlimits.core.selection import top_n
 
     if k >= weights.shape[-1]:
         return weights.clone()
@@ -253,7 +253,7 @@ def test_removal_sweep_on_a_tiny_model(tiny_loaded, protocol):
 
 def _long_loaded(dtype=torch.float32):
     """A tiny GPT-2 of 256 positions (lengths up to 256, multiples of R.KEY_ALIGN) in ``dtype``."""
-    from normlimits.models import LoadedModel, byte_encode
+    from normlimits.model.pretrained import LoadedModel, byte_encode
 
     return LoadedModel(model=make_tiny_gpt2(n_positions=256).to(dtype), name="tiny-256", source="test",
                        encode=byte_encode, tokenizer_kind="bytes", is_paper_model=False)

@@ -8,8 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from normlimits import claims, ledger, replicas
-from normlimits.settings import SettingError
+from normlimits import claims
+from normlimits.claims import ledger
+from normlimits.book import replicas
+from normlimits.core.settings import SettingError
 
 TOY_CHAPTER = """---
 jupytext:
@@ -21,7 +23,8 @@ kernelspec: {display_name: Python 3, language: python, name: python3}
 
 ```{code-cell} ipython3
 import os
-from normlimits import claims, replicas
+from normlimits import claims
+from normlimits.book import replicas
 assert replicas.is_replica(), "the child must know it is a replica"
 assert replicas.replicate(None) == [], "a replica never spawns replicas"
 if os.environ.get("TOY_FAIL"):
@@ -126,7 +129,7 @@ def test_record_variant_refuses_a_row_graded_by_another_rule(toy_book):
 def test_record_variant_takes_a_row_graded_with_intervals(toy_book):
     """A replica's row graded with bootstrap intervals (an inconclusive one here) is the registered
     rule's row for its values and intervals, so it is recorded; its decisions forged are not."""
-    from normlimits.bootstrap import Interval
+    from normlimits.core.bootstrap import Interval
 
     root, _ = toy_book
     row = claims.make_row("NU", {"exponent": -0.95, "entropy": 0.95, "regime": 0.8}, "m",

@@ -1,4 +1,4 @@
-"""The versioned JSON Schemas (normlimits.schema) and the ledger document that follows them."""
+"""The versioned JSON Schemas (normlimits.claims.schema) and the ledger document that follows them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import json
 import pytest
 
 from conftest import with_value
-from normlimits import claims, ledger, schema
+from normlimits import claims
+from normlimits.claims import ledger, schema
 from normlimits.claims.rules import DECISIONS, KINDS, OPS, OUTCOME_VERDICTS, VERDICTS
 
 
@@ -52,7 +53,7 @@ def test_every_schema_file_is_a_valid_draft_2020_12_schema_of_its_version():
 def test_the_closed_lists_of_the_schema_are_the_codes():
     """Verdicts, operators, criterion kinds and yardsticks: the schema's lists are the code's, so
     neither can change without the other (and, by the module's rule, a new schema version)."""
-    from normlimits.yardsticks import YARDSTICKS
+    from normlimits.audit.yardsticks import YARDSTICKS
 
     row = schema.load_schema("row")
     assert tuple(row["$defs"]["verdict"]["enum"]) == VERDICTS
@@ -142,7 +143,7 @@ def test_ledger_document_refuses_a_row_whose_verdict_its_rule_does_not_give():
 def test_the_sphinx_extension_writes_the_versioned_ledger(tmp_path, monkeypatch, ledger_doc):
     from types import SimpleNamespace
 
-    from normlimits import sphinx_ledger
+    from normlimits.book import sphinx_ledger
 
     monkeypatch.setattr(sphinx_ledger, "_rows", lambda app: ledger_doc["rows"])
     site = tmp_path / "_build" / "html"
@@ -207,7 +208,7 @@ def test_1_2_adds_only_the_optional_readings_and_selection(ledger_doc):
 
 def _interval_row(verdict_low: float = 0.05) -> dict:
     """An NU row graded with a bootstrap interval on its exponent (2.0 fields)."""
-    from normlimits.bootstrap import Interval
+    from normlimits.core.bootstrap import Interval
 
     rule = claims.claim("NU").rule
     key = rule.headline

@@ -1,4 +1,4 @@
-"""Top-N selection and its tie rule (normlimits.selection)."""
+"""Top-N selection and its tie rule (normlimits.core.selection)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from normlimits.selection import top_n
+from normlimits.core.selection import top_n
 
 
 def _reference(row: list[float], k: int) -> list[int]:

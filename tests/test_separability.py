@@ -8,7 +8,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from normlimits import separability as S
+from normlimits.metrics import separability as S
 
 SEEDS = st.integers(min_value=0, max_value=2**31 - 1)
 

@@ -1,4 +1,4 @@
-"""The book's Theorem 2 as numbers (normlimits.separability_bounds) and its Monte Carlo checks."""
+"""The book's Theorem 2 as numbers (normlimits.metrics.separability_bounds) and its Monte Carlo checks."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from normlimits import separability_bounds as B
-from normlimits import separability_mc as MC
-from normlimits.separability import min_pairwise_distance
+from normlimits.metrics import separability_bounds as B
+from normlimits.metrics import separability_mc as MC
+from normlimits.metrics.separability import min_pairwise_distance
 
 SEEDS = st.integers(min_value=0, max_value=2**31 - 1)
 
@@ -176,8 +176,8 @@ def test_bound_input_errors():
 
 
 def test_model_check_guard_fails_on_violation():
-    """The chapter's guard (normlimits.book.check_bound) raises on a violated bound."""
-    from normlimits.book import check_bound
+    """The chapter's guard (normlimits.book.chapter.check_bound) raises on a violated bound."""
+    from normlimits.book.chapter import check_bound
 
     with pytest.raises(AssertionError, match="below the lower"):
         check_bound(torch.tensor([0.2, 0.5]), lower=torch.tensor([0.3, 0.1]), name="sure bound")

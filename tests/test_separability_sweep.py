@@ -1,5 +1,5 @@
-"""The sweep over a model's windows (normlimits.separability_sweep) and the statistics of its
-curves (normlimits.separability_curves)."""
+"""The sweep over a model's windows (normlimits.experiments.separability_sweep) and the statistics of its
+curves (normlimits.experiments.separability_curves)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from normlimits import separability as S
-from normlimits import separability_curves as C
-from normlimits import separability_sweep as SW
-from normlimits.capture import WindowCapture
-from normlimits.multihead import head_sharing
+from normlimits.metrics import separability as S
+from normlimits.experiments import separability_curves as C
+from normlimits.experiments import separability_sweep as SW
+from normlimits.model.capture import WindowCapture
+from normlimits.metrics.multihead import head_sharing
 
 GRID = [1, 2, 4, 8]
 

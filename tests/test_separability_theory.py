@@ -8,7 +8,7 @@ import pytest
 import sympy as sp
 import torch
 
-from normlimits.separability_mc import sample_sphere
+from normlimits.metrics.separability_mc import sample_sphere
 from normlimits.theory import separability as TS
 
 

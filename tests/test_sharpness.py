@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from normlimits import jacobian as J
-from normlimits import sharpness as S
-from normlimits.capture import iter_captures
-from normlimits.separability import geometric_separability, project_to_sphere
-from normlimits.separability_sweep import layer_weights
+from normlimits.metrics import jacobian as J
+from normlimits.experiments import sharpness as S
+from normlimits.model.capture import iter_captures
+from normlimits.metrics.separability import geometric_separability, project_to_sphere
+from normlimits.experiments.separability_sweep import layer_weights
 
 
 def _windows(count=2, length=40):

@@ -30,8 +30,8 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 
-from normlimits.ledger import read_ledger_json
-from normlimits.pages import is_notebook
+from normlimits.claims.ledger import read_ledger_json
+from normlimits.book.pages import is_notebook
 
 pytestmark = [pytest.mark.book, pytest.mark.browser]
 
@@ -169,7 +169,7 @@ async () => {
         (el.tagName === 'IMG' ? ' ' + (el.getAttribute('src') || '').split('/').pop() : '');
       return px > 1 ? {what: label, px} : null;
     }).filter(Boolean),
-    // the Verdicts page and the bottom line (normlimits.sphinx_ledger)
+    // the Verdicts page and the bottom line (normlimits.book.sphinx_ledger)
     verdictCells: [...document.querySelectorAll('table.claims-ledger .verdict-cell')].map(e => ({
       claim: e.dataset.claim, chapter: e.dataset.chapter, variant: e.dataset.variant || '',
       verdict: e.dataset.verdict, badge: (e.querySelector('.verdict-badge') || {textContent: ''}).textContent.trim(),
@@ -612,8 +612,8 @@ ONLINE_HOSTS = ("github.com", "mybinder.org", "colab.research.google.com")
 
 def online_buttons(rel: str, repository: str, branch: str = "main") -> dict[str, str]:
     """The links the site must show on page ``rel`` when ``repository.url`` is set (see
-    normlimits.sphinx_publish): name -> exact URL, or URL prefix for ``issues``."""
-    from normlimits.sphinx_publish import BINDER_URL, colab_url, github_parts
+    normlimits.book.sphinx_publish): name -> exact URL, or URL prefix for ``issues``."""
+    from normlimits.book.sphinx_publish import BINDER_URL, colab_url, github_parts
 
     owner, repo = github_parts(repository)
     page = rel.removesuffix(".html")

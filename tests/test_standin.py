@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import make_tiny_gpt2
-from normlimits import standin
-from normlimits.standin import Phase
+from normlimits.model import standin
+from normlimits.model.standin import Phase
 
 
 def test_split_holds_out_the_tail():
@@ -158,8 +158,8 @@ def test_training_a_tiny_llama_with_the_same_loop_is_deterministic():
 def test_a_cached_rope_standin_loads_by_its_setting(isolated_cache, tmp_path, monkeypatch):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from normlimits.corpus import load_corpus
-    from normlimits.models import load_model
+    from normlimits.model.corpus import load_corpus
+    from normlimits.model.load import load_model
 
     text = tmp_path / "text.txt"
     text.write_text("Well, Prince, so Genoa and Lucca are now just family estates. " * 400)

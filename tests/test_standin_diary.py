@@ -1,7 +1,7 @@
 """The stand-in's measurement diary: a consistent record, shown as a table."""
 
-from normlimits import standin
-from normlimits.standin_diary import TRIALS, Trial, diary_table
+from normlimits.model import standin
+from normlimits.model.standin_diary import TRIALS, Trial, diary_table
 
 
 def test_gains_are_bigram_minus_model_per_band():

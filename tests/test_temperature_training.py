@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 
-from normlimits import temperature_training as TT
-from normlimits.capture import capture_batch
-from normlimits.models import LoadedModel, byte_encode
+from normlimits.experiments import temperature_training as TT
+from normlimits.model.capture import capture_batch
+from normlimits.model.pretrained import LoadedModel, byte_encode
 
 TINY = dict(n_positions=32, n_embd=32, n_layer=2, n_head=4)
 
@@ -176,7 +176,7 @@ def test_plateau_step_and_running_mean():
 
 
 def _toy_corpus():
-    from normlimits.corpus import Corpus
+    from normlimits.model.corpus import Corpus
 
     text = ("It was in July 1805, and the speaker was the well-known Anna Pavlovna Scherer. " * 200)
     return Corpus(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), source="test")
@@ -184,7 +184,7 @@ def _toy_corpus():
 
 def test_train_at_temperature_is_deterministic_and_keeps_t():
     corpus = _toy_corpus()
-    from normlimits.standin import byte_tokens, split_corpus
+    from normlimits.model.standin import byte_tokens, split_corpus
 
     train_ids, held = split_corpus(byte_tokens(corpus.text))
     kwargs = dict(steps=6, positions=32, batch=2, probe_every=3, config_overrides=TINY)
@@ -272,7 +272,7 @@ def test_training_workers_follow_the_thread_setting(monkeypatch):
     monkeypatch.setenv("NORMLIMITS_THREADS", "1")
     assert TT.training_workers(6) == 1
     monkeypatch.setenv("NORMLIMITS_THREADS", "2")
-    from normlimits.settings import available_cores
+    from normlimits.core.settings import available_cores
 
     assert TT.training_workers(6) == min(2, available_cores()) // TT.TR_THREADS
     assert TT.training_workers(1) == 1

@@ -1,11 +1,11 @@
-"""Chapter timings against budgets (normlimits.timings)."""
+"""Chapter timings against budgets (normlimits.book.timings)."""
 
 from __future__ import annotations
 
 import json
 
-from normlimits import timings
-from normlimits.protocol import CHAPTER_BUDGET_SECONDS
+from normlimits.book import timings
+from normlimits.core.protocol import CHAPTER_BUDGET_SECONDS
 
 
 def test_reads_flags_and_prints(tmp_path, capsys):
@@ -27,10 +27,10 @@ def test_one_time_training_is_recorded_and_not_held_against_the_budget(tmp_path,
     machine); that part is recorded but the budget is about the rest."""
     from types import SimpleNamespace
 
-    from normlimits.book import ChapterContext
+    from normlimits.book.chapter import ChapterContext
 
     monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
-    monkeypatch.setattr("normlimits.glued.glue", lambda *a, **k: None)
+    monkeypatch.setattr("normlimits.core.glued.glue", lambda *a, **k: None)
     budget = CHAPTER_BUDGET_SECONDS["gradients"]
     loaded = SimpleNamespace(name="standin", n_params=2e6)
     ctx = ChapterContext("gradients", loaded, corpus=None, window_count=8)
@@ -60,10 +60,10 @@ def test_each_replica_is_a_run_held_to_the_budget_on_its_own(tmp_path, capsys, m
 
     import pytest
 
-    from normlimits.book import ChapterContext
+    from normlimits.book.chapter import ChapterContext
 
     monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
-    monkeypatch.setattr("normlimits.glued.glue", lambda *a, **k: None)
+    monkeypatch.setattr("normlimits.core.glued.glue", lambda *a, **k: None)
     budget = CHAPTER_BUDGET_SECONDS["separability"]
     ctx = ChapterContext("separability", SimpleNamespace(name="smollm2-135m", n_params=1.3e8),
                          corpus=None, window_count=8)
@@ -92,7 +92,7 @@ def test_replicate_records_each_replica_run_on_the_context(tmp_path, monkeypatch
     import json as _json
     from types import SimpleNamespace
 
-    from normlimits import replicas
+    from normlimits.book import replicas
 
     monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
     monkeypatch.delenv(replicas.REPLICA_OF_ENV, raising=False)

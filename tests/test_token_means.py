@@ -1,12 +1,12 @@
-"""normlimits.token_means: the paper's token-mean protocol against loops over query positions."""
+"""normlimits.metrics.token_means: the paper's token-mean protocol against loops over query positions."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from normlimits import readings as R
-from normlimits import token_means as TM
+from normlimits.metrics import readings as R
+from normlimits.metrics import token_means as TM
 
 from test_readings import DT, FakeCapture
 

@@ -10,10 +10,10 @@ import sympy as sp
 import torch
 from hypothesis import given, settings, strategies as st
 
-from normlimits import vanishing as V
-from normlimits.fits import loglog_fit
-from normlimits.protocol import length_grid
-from normlimits.normalizers import general_normalizer
+from normlimits.metrics import vanishing as V
+from normlimits.core.fits import loglog_fit
+from normlimits.core.protocol import length_grid
+from normlimits.metrics.normalizers import general_normalizer
 from normlimits.theory import vanishing as TV
 
 DELTAS = st.floats(min_value=0.0, max_value=50.0, allow_nan=False)
@@ -288,7 +288,7 @@ def test_unmasked_rows_are_rejected():
 # -------------------------------------------------------------- the chapter's assertion helper
 def test_violated_bound_is_detected_and_check_fails():
     """An understated Delta makes the data break the bound: the counts see it, check raises."""
-    book = pytest.importorskip("normlimits.book")
+    book = pytest.importorskip("normlimits.book.chapter")
     logits = V.corner_logits(3.0, 64)[None, :]
     honest = V.row_statistics(logits, torch.tensor([3.0]), [64])
     book.check(honest.violations("sharp") == 0, "sharpened bound violated")
@@ -317,8 +317,8 @@ def test_sweep_capture_matches_the_models_own_weights():
     """Rows L-1 of one pass: the recomputed weights equal the capture's (= the model's) weights."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from normlimits.capture import capture_window
-    from normlimits.models import LoadedModel
+    from normlimits.model.capture import capture_window
+    from normlimits.model.pretrained import LoadedModel
 
     torch.manual_seed(0)
     cfg = GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=64, vocab_size=50,
@@ -397,7 +397,7 @@ def test_general_normalizer_check_counts_violations_of_a_wrong_ratio():
 
 
 def test_sweep_captures_stacks_windows_and_checks_parity(tiny_loaded):
-    from normlimits.capture import iter_captures
+    from normlimits.model.capture import iter_captures
 
     windows = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
     stats, parity = V.sweep_captures(iter_captures(tiny_loaded, windows), [8, 16, 32])
@@ -411,7 +411,7 @@ def test_sweep_captures_stacks_windows_and_checks_parity(tiny_loaded):
 
 
 def test_non_vanishing_report_names_sinks_and_handles_empty_groups(tiny_loaded):
-    from normlimits.capture import iter_captures
+    from normlimits.model.capture import iter_captures
 
     windows = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(1))
     stats, _ = V.sweep_captures(iter_captures(tiny_loaded, windows), [8, 16, 32, 64])
@@ -454,7 +454,7 @@ def _nu_values(stats):
 def test_nu_intervals_are_the_chapters_statistics_over_resampled_windows():
     """Each resample's statistic is what head_summary and non_vanishing_report give on the windows
     drawn (with repeats): the quantiles of 7 resamples computed one by one equal the intervals."""
-    from normlimits import bootstrap as B
+    from normlimits.core import bootstrap as B
 
     stats = _random_stacked(5)
     got = V.nu_intervals(stats, resamples=7, seed=11)

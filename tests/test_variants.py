@@ -4,13 +4,14 @@ import hashlib
 
 import pytest
 
-from normlimits import vanishing as V
-from normlimits.capture import iter_captures
+from normlimits.metrics import vanishing as V
+from normlimits.model.capture import iter_captures
 from normlimits.claims import REGISTRY
-from normlimits.corpus import Corpus, token_windows
-from normlimits.models import ModelError
-from normlimits.variants import (VariantResult, comparison_values, measure_variants,
-                                 median_exponent, missing_reason, results_frame)
+from normlimits.model.corpus import Corpus, token_windows
+from normlimits.model.errors import ModelError
+from normlimits.experiments.variants import (
+    VariantResult, comparison_values, measure_variants, median_exponent, missing_reason,
+    results_frame)
 
 TEXT = "Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. " * 40
 

@@ -1,4 +1,4 @@
-"""The bottom line and the Verdicts page, from ledger rows (normlimits.sphinx_ledger), and what the
+"""The bottom line and the Verdicts page, from ledger rows (normlimits.book.sphinx_ledger), and what the
 site offers around them: alt texts from captions (sphinx_figures), the downloaded notebook's
 install note and the package archive (sphinx_downloads)."""
 
@@ -9,7 +9,8 @@ import tarfile
 
 from docutils import nodes
 
-from normlimits import claims, sphinx_ledger as S
+from normlimits import claims
+from normlimits.book import sphinx_ledger as S
 
 STANDIN = "standin (2.0M params)"
 REAL = "smollm2-135m (134.5M params)"
@@ -141,7 +142,8 @@ def test_graded_display_is_an_html_table_with_the_rule_in_words(tmp_path, monkey
 
 
 def test_alt_text_comes_from_the_caption():
-    from normlimits.sphinx_figures import caption_text, describe_figures, first_sentence, is_pathlike
+    from normlimits.book.sphinx_figures import (
+        caption_text, describe_figures, first_sentence, is_pathlike)
 
     assert is_pathlike("") and is_pathlike("_images/abc123.png") and is_pathlike("0123456789abcdef0123")
     assert not is_pathlike("Largest weight against 1/L and N")
@@ -159,8 +161,8 @@ def test_alt_text_comes_from_the_caption():
 
 
 def test_a_downloaded_notebook_starts_by_saying_how_to_install_the_package(tmp_path):
-    from normlimits.sphinx_downloads import (ARCHIVE, INSTALL_TAG, install_note, with_install_note,
-                                             write_archive)
+    from normlimits.book.sphinx_downloads import (
+        ARCHIVE, INSTALL_TAG, install_note, with_install_note, write_archive)
 
     note = install_note("https://github.com/owner/repo", "main")
     assert 'pip install "normlimits @ git+https://github.com/owner/repo@main"' in note
@@ -174,7 +176,7 @@ def test_a_downloaded_notebook_starts_by_saying_how_to_install_the_package(tmp_p
     archive = write_archive(root, tmp_path / ARCHIVE)
     with tarfile.open(archive) as tar:
         names = tar.getnames()
-    assert "normlimits/pyproject.toml" in names and "normlimits/src/normlimits/markup.py" in names
+    assert "normlimits/pyproject.toml" in names and "normlimits/src/normlimits/core/markup.py" in names
     assert not any("__pycache__" in n for n in names)
 
 

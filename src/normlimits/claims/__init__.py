@@ -11,7 +11,7 @@ Chapters record a verdict with one call::
     claims.record(ctx, "NU", {"exponent": -0.41, "entropy": 0.83}, measured="...")
 
 which grades the values by the registered rule (a chapter cannot pass a verdict of its own),
-writes the ledger row (:mod:`normlimits.ledger`), glues ``verdict_<id>`` for the prose and
+writes the ledger row (:mod:`normlimits.claims.ledger`), glues ``verdict_<id>`` for the prose and
 returns a :class:`Graded` that displays the rule, the values and the verdict on the page.
 """
 
@@ -20,10 +20,13 @@ from __future__ import annotations
 import html
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping
 
-from .base import Claim
-from .rules import KINDS, OPS, VERDICTS, Criterion, Rule, describe_outcomes, plain_text, regrade
+from normlimits.claims import ledger
+from normlimits.claims.base import Claim
+from normlimits.claims.rules import (
+    KINDS, OPS, VERDICTS, Criterion, Rule, describe_outcomes, plain_text, regrade)
 
 __all__ = ["Claim", "Criterion", "Rule", "Graded", "REGISTRY", "VERDICTS", "OPS", "KINDS",
            "CHAPTER_MODULES", "claim", "expected_claims", "make_row", "record", "record_variant",
@@ -121,7 +124,7 @@ class Graded:
     def _repr_html_(self) -> str:
         """The verdict, then one table row per criterion (HTML written from the row's data, so
         math holding ``|``, ``*`` or ``_`` cannot split a cell), then the rule in words."""
-        from ..markup import html_table, inline_html, with_interval
+        from normlimits.core.markup import html_table, inline_html, with_interval
 
         row = self.row
         label = row["id"] + (f" ({row['variant']})" if row.get("variant") else "")
@@ -165,14 +168,12 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
              reading: str | None = None, readings: list[dict] | None = None,
              selection: Mapping | None = None, intervals: Mapping | None = None) -> dict:
     """The ledger row of claim ``claim_id`` graded on ``values`` by its registered rule, validated
-    (:func:`normlimits.ledger.validate_row`) but not written anywhere.
+    (:func:`normlimits.claims.ledger.validate_row`) but not written anywhere.
 
     ``chapter``: who measured it (a chapter, or e.g. ``audit``); ``model``: the model the values
     were measured on; the other arguments as in :func:`record`.
     """
-    from . import rules
-    from .. import ledger
-
+    from normlimits.claims import rules
     item = claim(claim_id)
     if not model:
         raise ValueError(f"claim {claim_id}: name the model the values were measured on (model=...)")
@@ -206,11 +207,11 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
 
 
 def recorded_intervals(row: Mapping) -> dict:
-    """The criterion intervals a ledger row records, as :class:`normlimits.bootstrap.Interval`
+    """The criterion intervals a ledger row records, as :class:`normlimits.core.bootstrap.Interval`
     objects with the row's ``resampling`` (what :func:`record` takes as ``intervals``, so a row
     measured elsewhere, by the audit say, is recorded again with the uncertainty it was graded
     with); empty for a row without intervals."""
-    from ..bootstrap import Interval
+    from normlimits.core.bootstrap import Interval
 
     resampling = row.get("resampling")
     if not resampling:
@@ -222,14 +223,14 @@ def recorded_intervals(row: Mapping) -> dict:
 
 def _resampling(claim_id: str, intervals: Mapping | None) -> dict | None:
     """The one ``resampling`` block of a row's intervals (every interval of a row comes from the
-    same resampling: :class:`normlimits.bootstrap.Interval`); None without intervals."""
+    same resampling: :class:`normlimits.core.bootstrap.Interval`); None without intervals."""
     if not intervals:
         return None
     blocks = []
     for key, interval in intervals.items():
         if not hasattr(interval, "resampling"):
             raise ValueError(f"claim {claim_id}: the interval of {key!r} must be a "
-                             "normlimits.bootstrap.Interval (it says how it was computed)")
+                             "normlimits.core.bootstrap.Interval (it says how it was computed)")
         blocks.append(interval.resampling())
     if any(b != blocks[0] for b in blocks):
         raise ValueError(f"claim {claim_id}: the intervals of one row come from different "
@@ -253,20 +254,18 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
         model: the model the values were measured on (default: the chapter's).
         reading: which reading of an ambiguous formula the verdict rests on, if any.
         readings: the claim graded under each reading tried, the primary first
-            (:func:`normlimits.reading_table.reading_grades`: ``[{"reading", "values", "verdict",
+            (:func:`normlimits.experiments.reading_table.reading_grades`: ``[{"reading", "values", "verdict",
             "primary"}]``), so a verdict that turns on the reading shows every alternative.
         selection: only on a labelled variant graded on a reading chosen because it reproduces
             the figure: ``{"tried": k, "reproducing": [labels]}`` (the multiple comparison);
-            :func:`normlimits.reading_table.gradings` gives both rows of such a claim.
-        intervals: criterion key -> :class:`normlimits.bootstrap.Interval` of that statistic; a
+            :func:`normlimits.experiments.reading_table.gradings` gives both rows of such a claim.
+        intervals: criterion key -> :class:`normlimits.core.bootstrap.Interval` of that statistic; a
             criterion then holds or fails only when its whole interval does, and a verdict an
             undecided criterion could change is "inconclusive" (:meth:`Rule.grade`).
         glue: also glue ``verdict_<id>`` (``verdict_<id>_<variant>``) for the chapter's prose.
 
     Returns the :class:`Graded` row (display it to show the rule on the page).
     """
-    from .. import ledger
-
     chapter = ctx if isinstance(ctx, str) else ctx.chapter
     model = model or (None if isinstance(ctx, str) else ctx.model_label)
     row = make_row(claim_id, values, measured, chapter=chapter, model=model, variant=variant,
@@ -274,7 +273,7 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
                    intervals=intervals)
     ledger.write_row(row)
     if glue:
-        from ..glued import glue as glue_value
+        from normlimits.core.glued import glue as glue_value
 
         glue_value(glue_key(claim_id, variant), row["verdict"])
     return Graded(row)
@@ -285,14 +284,14 @@ def undecided_words(values: Mapping[str, Mapping], intervals: Mapping[str, Mappi
                     digits: int = 2) -> list[str]:
     """For every undecided criterion of an inconclusive claim (issue 31 item 3), a clause: its
     value and interval on all units, its interval on the first half of them, and roughly how many
-    units would decide it (:func:`normlimits.bootstrap.units_to_decide`: the half-width shrinking
+    units would decide it (:func:`normlimits.core.bootstrap.units_to_decide`: the half-width shrinking
     as 1/sqrt(n)), or ``on_threshold`` when the value sits on the threshold itself.
 
     ``values``, ``intervals``, ``half_intervals``: claim id -> criterion key -> value /
-    :class:`normlimits.bootstrap.Interval` (a claim with no intervals is skipped)."""
+    :class:`normlimits.core.bootstrap.Interval` (a claim with no intervals is skipped)."""
     import math
 
-    from ..bootstrap import units_to_decide
+    from normlimits.core.bootstrap import units_to_decide
 
     parts = []
     for cid, ivs in intervals.items():
@@ -329,15 +328,13 @@ def registered_row(row: Mapping) -> dict:
 
 def record_variant(chapter: str, row: Mapping, variant: str) -> dict:
     """Record ``row``, a ledger row measured elsewhere (a replica of the chapter on another model,
-    :mod:`normlimits.replicas`), in ``chapter``'s ledger under ``variant``; returns the written row.
+    :mod:`normlimits.book.replicas`), in ``chapter``'s ledger under ``variant``; returns the written row.
 
     The row must have been graded by its claim's registered rule: its rule, criteria, outcomes,
     headline and verdict are compared with the registered rule applied to its own values, so a
     replayed row cannot carry a verdict the registry does not give. A row that already names a
     variant keeps it, joined to ``variant`` (``"a; b"``).
     """
-    from .. import ledger
-
     if not str(variant).strip():
         raise ValueError(f"claim {row.get('id')!r}: a recorded variant needs a name")
     registered = registered_row(row)
@@ -347,3 +344,19 @@ def record_variant(chapter: str, row: Mapping, variant: str) -> dict:
                              "gives for its values; it was graded by another rule")
     label = f"{row['variant']}; {variant}" if row.get("variant") else variant
     return ledger.write_row({**row, "chapter": chapter, "variant": label})
+
+
+def collect(directory: Path, chapters: list[str]) -> list[dict]:
+    """All rows of ``chapters`` (in that order; within a chapter in registry order, then variant)."""
+    order = {cid: i for i, cid in enumerate(REGISTRY)}
+    rows: list[dict] = []
+    for chapter in chapters:
+        found = ledger.read_rows(Path(directory) / f"{chapter}.json")
+        rows.extend(sorted(found, key=lambda r: (order.get(r["id"], len(order)), r.get("variant", ""))))
+    return rows
+
+
+def missing_claims(rows: list[dict], chapters: list[str]) -> list[str]:
+    """Registered claim ids of ``chapters`` that have no row."""
+    have = {(r["chapter"], r["id"]) for r in rows}
+    return [f"{ch}:{cid}" for ch in chapters for cid in expected_claims(ch) if (ch, cid) not in have]

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 
-from ..protocol import (ALT_DECOUPLING_FACTOR, ALT_EXPONENT_GAIN, ALT_FLAT_EXPONENT, ALT_GAMMA_REGIME,
-                        ALT_SEPARABILITY_MARGIN, REMOVAL_EXPONENT_BAND, REMOVAL_PREDICT_FACTOR,
-                        REMOVAL_RENORM_FACTOR, REMOVAL_TOLERANCE)
-from .base import Claim
-from .rules import Criterion, Rule
+from normlimits.core.protocol import (
+    ALT_DECOUPLING_FACTOR, ALT_EXPONENT_GAIN, ALT_FLAT_EXPONENT, ALT_GAMMA_REGIME,
+    ALT_SEPARABILITY_MARGIN, REMOVAL_EXPONENT_BAND, REMOVAL_PREDICT_FACTOR, REMOVAL_RENORM_FACTOR,
+    REMOVAL_TOLERANCE)
+from normlimits.claims.base import Claim
+from normlimits.claims.rules import Criterion, Rule
 
 CHAPTER = "alternatives"
 

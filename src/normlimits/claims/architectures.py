@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .base import Claim
-from .rules import Criterion, Rule
+from normlimits.claims.base import Claim
+from normlimits.claims.rules import Criterion, Rule
 
 CHAPTER = "architectures"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .rules import Rule
+from normlimits.claims.rules import Rule
 
 
 @dataclass(frozen=True)

@@ -5,16 +5,16 @@ Figure 2 is a figure of GPT-2 124M: its numbers are that model's. Each of its ru
 an ``paper_model`` criterion (1 on GPT-2 124M, 0 on any other model, a setting of the build, kind
 ``identity``): on another model a figure that does not come out is "not reproduced", and only on
 the paper's own model "refuted". F2a and F2c are graded by one policy everywhere
-(:func:`normlimits.reading_table.gradings`): the claim's own row on the book's primary reading of
+(:func:`normlimits.experiments.reading_table.gradings`): the claim's own row on the book's primary reading of
 Eq. (7), with the verdict under every reading tried in its ``readings``; a reading chosen because
 it reproduces the figure is a second row, labelled, never the claim's own verdict.
 """
 
 from __future__ import annotations
 
-from ..protocol import CRITICAL_FRACTION, LINEAR_EXPONENT_BAND
-from .base import Claim
-from .rules import Criterion, Rule
+from normlimits.core.protocol import CRITICAL_FRACTION, LINEAR_EXPONENT_BAND
+from normlimits.claims.base import Claim
+from normlimits.claims.rules import Criterion, Rule
 
 CHAPTER = "distances"
 

@@ -3,10 +3,10 @@ the Discussion's reading of Figure 4 and guideline 3)."""
 
 from __future__ import annotations
 
-from ..protocol import (G_DROP_ORDERS, HIGH_T, SHARP_T, TR_GRADIENT_RATIO, TR_HARDER_SPREADS,
-                        TR_LEARNED_BITS)
-from .base import Claim
-from .rules import Criterion, Rule
+from normlimits.core.protocol import (
+    G_DROP_ORDERS, HIGH_T, SHARP_T, TR_GRADIENT_RATIO, TR_HARDER_SPREADS, TR_LEARNED_BITS)
+from normlimits.claims.base import Claim
+from normlimits.claims.rules import Criterion, Rule
 
 CHAPTER = "gradients"
 

@@ -12,7 +12,7 @@ A criterion whose value is missing (``None`` or NaN) cannot be graded: the verdi
 ``not testable`` whatever the outcomes say, and the row must carry the reason.
 
 A measured criterion may carry an interval (a bootstrap interval over corpus windows, seeds or
-draws: :mod:`normlimits.bootstrap`). It then holds only when its whole interval meets the test,
+draws: :mod:`normlimits.core.bootstrap`). It then holds only when its whole interval meets the test,
 fails only when its whole interval fails it, and is *undecided* when the interval straddles the
 threshold. A verdict that an undecided criterion could change (some pass/fail assignment of the
 undecided criteria gives another verdict) is ``inconclusive``; one that every assignment gives
@@ -100,7 +100,7 @@ class Criterion:
 
     def decide(self, interval) -> str:
         """``"pass"`` when every value of ``interval`` (a ``(low, high)`` pair or a
-        :class:`normlimits.bootstrap.Interval`) meets the test, ``"fail"`` when none does,
+        :class:`normlimits.core.bootstrap.Interval`) meets the test, ``"fail"`` when none does,
         ``"undecided"`` when it straddles the threshold."""
         low, high = _bounds(interval)
         if not low <= high:
@@ -237,7 +237,7 @@ class Rule:
     def grade(self, values: Mapping[str, object], intervals: Mapping[str, object] | None = None) -> str:
         """The verdict for ``values`` (one value per criterion key; None or NaN = missing) and,
         optionally, ``intervals`` (criterion key -> ``(low, high)`` or a
-        :class:`normlimits.bootstrap.Interval`): ``inconclusive`` when an undecided criterion
+        :class:`normlimits.core.bootstrap.Interval`): ``inconclusive`` when an undecided criterion
         could change the verdict."""
         verdicts = self.possible_verdicts(values, intervals)
         return verdicts.pop() if len(verdicts) == 1 else "inconclusive"

@@ -3,10 +3,11 @@ Figure 3, Section 4, Section 2.3's trade-off and the Conclusion's diagnostics)."
 
 from __future__ import annotations
 
-from ..protocol import (MULTIHEAD_H, MULTIHEAD_P, SEPARABILITY_FLAT_SLOPE, SEPARABILITY_KNEE,
-                        SEPARABILITY_MONITOR_BAND, SEPARABILITY_PLATEAU)
-from .base import Claim
-from .rules import Criterion, Rule
+from normlimits.core.protocol import (
+    MULTIHEAD_H, MULTIHEAD_P, SEPARABILITY_FLAT_SLOPE, SEPARABILITY_KNEE,
+    SEPARABILITY_MONITOR_BAND, SEPARABILITY_PLATEAU)
+from normlimits.claims.base import Claim
+from normlimits.claims.rules import Criterion, Rule
 
 CHAPTER = "separability"
 _LOW, _HIGH = SEPARABILITY_PLATEAU

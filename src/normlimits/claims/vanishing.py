@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .base import Claim
-from ..protocol import VARIANT_EXPONENT_GAP
-from .rules import Criterion, Rule
+from normlimits.claims.base import Claim
+from normlimits.core.protocol import VARIANT_EXPONENT_GAP
+from normlimits.claims.rules import Criterion, Rule
 
 CHAPTER = "vanishing"
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from normlimits.normalizers import VELICKOVIC_POLYNOMIAL
+from normlimits.metrics.normalizers import VELICKOVIC_POLYNOMIAL
 
-from .algebra import closes  # noqa: F401  (re-exported: chapters call TD.closes)
+from normlimits.theory.algebra import closes
 
 L = sp.Symbol("L", positive=True)            # visible keys
 a = sp.Symbol("a", positive=True)            # logit bound |z_j| <= a

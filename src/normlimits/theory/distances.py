@@ -18,7 +18,7 @@ What is derived here (all sympy; the chapter displays the expressions, the tests
   ``sum_{k not in I} ||y_k||`` (triangle inequality), so it grows linearly iff ``||s_N||`` does
   not vanish.
 * :func:`reading_expectations`: the conditional moments of the context vector that give every
-  reading's ``main`` (Jensen) and ``rms`` (exact second moment) in ``normlimits.readings``.
+  reading's ``main`` (Jensen) and ``rms`` (exact second moment) in ``normlimits.metrics.readings``.
 * :func:`second_moment_sum`: ``sum_i E[||y_i - s||^2 | i not in I]`` in closed form in
   ``sum ||y_i||^2`` and ``||T||^2``; with Cauchy-Schwarz it bounds ``E d~`` from above.
 * :func:`flat_gaussian`: flat weights and Gaussian vectors, where ``E d~ / sum ||alpha_i x_i||``
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from .algebra import closes  # noqa: F401  (re-exported: chapters call TD.closes)
+from normlimits.theory.algebra import closes
 
 L = sp.Symbol("L", positive=True, integer=True)         # visible keys
 N = sp.Symbol("N", positive=True, integer=True)         # top-N size

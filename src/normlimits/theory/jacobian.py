@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from .algebra import closes  # noqa: F401  (re-exported: chapters call TD.closes)
+from normlimits.theory.algebra import closes
 
 T = sp.Symbol("T", positive=True)
 eps = sp.Symbol("epsilon", positive=True)

@@ -2,7 +2,7 @@
 
 The paper's exact spread ``xi_i`` is not recoverable, so the book states and proves its own
 version of Theorem 2 (the statement, the bounds and their proof are on the book's separability
-page; the numeric bounds are :mod:`normlimits.separability_bounds`). Setting: ``N >= 2`` selected
+page; the numeric bounds are :mod:`normlimits.metrics.separability_bounds`). Setting: ``N >= 2`` selected
 tokens with fixed weights ``alpha_1..alpha_N >= 0`` (independent of the points), points
 ``x_1..x_N`` i.i.d. uniform on the sphere ``S^{d-1}(M)`` (Assumption 1). For a selected token i,
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from .algebra import closes  # noqa: F401  (re-exported: chapters call TD.closes)
+from normlimits.theory.algebra import closes
 
 __all__ = ["Theorem2Derivation", "derive", "MultiHeadDerivation", "multihead", "closes"]
 

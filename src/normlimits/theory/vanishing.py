@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from .algebra import closes  # noqa: F401  (re-exported: chapters call TD.closes)
+from normlimits.theory.algebra import closes
 
 # Symbols shared by the derivations (all positive reals; L is the number of visible keys).
 L = sp.Symbol("L", positive=True)

@@ -1,0 +1,196 @@
+"""The architectures chapter: the paper's four yardsticks on several model families, side by side.
+
+Which models: ``NORMLIMITS_ARCHITECTURES`` (comma-separated model settings), by default the two
+stand-ins (:data:`OFFLINE_MODELS`: learned absolute positions against RoPE + grouped-query
+attention at equal size and corpus, the RoPE one trained for 30% of the steps) and, where the hub or its cache has them,
+:data:`ONLINE_MODELS` (GPT-2 124M and 355M, which tests the paper's "larger variants" remark,
+Pythia-160M and SmolLM2-135M). A model that cannot be loaded is skipped with the reason its
+loader gave (:class:`Skipped`), never silently.
+
+Each loaded model runs the audit's yardsticks (:mod:`normlimits.audit.yardsticks`, the chapters' own
+code paths, one forward pass per window) on the same corpus windows' text, at L = the model's
+context up to 1024: the vanishing exponent of the largest weight (NU, C1), the critical N under
+the paper's protocol (F2c, F2a), the N_s/N plateau (F3) and the Jacobian sensitivity against T
+(F4, EPS). Rows are graded by the registered rules, as in the paper's chapters.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import pandas as pd
+import torch
+
+from normlimits.core.protocol import MAX_LENGTH
+from normlimits.core.settings import SettingError
+from normlimits.model.pretrained import positions_of
+
+__all__ = ["ARCHITECTURES_ENV", "OFFLINE_MODELS", "ONLINE_MODELS", "YARDSTICK_CLAIMS", "Skipped",
+           "Surveyed", "model_names", "survey", "comparison_table",
+           "verdict_table", "holds", "plot_yardstick"]
+
+ARCHITECTURES_ENV = "NORMLIMITS_ARCHITECTURES"
+OFFLINE_MODELS = ("standin", "standin-rope", "smollm2-135m")
+#: windows the survey gives a model when fewer than the build's (its yardsticks' cost per window
+#: grows with its heads and layers: 270 heads of 64 dimensions for SmolLM2-135M, 16 for the stand-ins)
+SURVEY_WINDOWS = {"smollm2-135m": 1}
+ONLINE_MODELS = ("gpt2", "gpt2-medium", "EleutherAI/pythia-160m", "HuggingFaceTB/SmolLM2-135M")
+#: the claims each yardstick grades (the audit's rows), in the paper's order
+YARDSTICK_CLAIMS = {"vanishing": ("NU", "C1"), "critical_n": ("F2c", "F2a"),
+                    "separability": ("F3",), "jacobian": ("F4", "EPS")}
+#: a verdict read as "the paper's limit holds on this model" (in the paper's or a corrected form)
+HOLDS = {"confirmed": "holds", "corrected": "holds (corrected form)", "refuted": "does not hold",
+         "not reproduced": "does not hold", "inconclusive": "undecided (interval straddles the rule)",
+         "not testable": "not testable"}
+
+
+def model_names(setting: str | None = None) -> list[str]:
+    """The models to compare: ``setting`` (default ``NORMLIMITS_ARCHITECTURES``), comma-separated,
+    or the offline models (the two stand-ins and the real pretrained smollm2-135m) then the
+    online models. Duplicates are dropped; an empty list is refused."""
+    raw = setting if setting is not None else os.environ.get(ARCHITECTURES_ENV)
+    if raw is None or raw.strip() == "":
+        names = [*OFFLINE_MODELS, *ONLINE_MODELS]
+    else:
+        names = [n.strip() for n in raw.split(",") if n.strip()]
+        if not names:
+            raise SettingError(f"{ARCHITECTURES_ENV}={raw!r} names no model; give comma-separated "
+                               "model settings (e.g. standin,standin-rope,gpt2) or unset it.")
+    return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A model that could not be loaded, with the loader's reason."""
+
+    name: str
+    reason: str
+
+
+@dataclass
+class Surveyed:
+    """One model's yardsticks. ``measured``: yardstick name -> :class:`~normlimits.audit.yardsticks.Measured`;
+    ``label``: as the rows name it; ``seconds``: loading and measuring it."""
+
+    name: str
+    label: str
+    family: str
+    positions: str
+    layers: int
+    heads: int
+    kv_heads: int
+    params: int
+    length: int
+    windows: int
+    source: str
+    measured: dict
+    seconds: float = 0.0
+
+    def rows(self) -> list[dict]:
+        """Every graded row of every yardstick, in the paper's order."""
+        return [row for m in self.measured.values() for row in m.rows]
+
+    def document(self) -> dict:
+        """This model's results as an audit document (the parts :mod:`normlimits.audit.compare`'s
+        tables and curves read: ``model``, ``settings``, ``rows``, ``statistics``)."""
+        return {"model": {"label": self.label, "name": self.name, "family": self.family,
+                          "positions": self.positions, "layers": self.layers, "heads": self.heads,
+                          "kv_heads": self.kv_heads, "n_params": self.params},
+                "settings": {"windows": self.windows, "length": self.length},
+                "rows": self.rows(),
+                "statistics": {name: m.statistics for name, m in self.measured.items()}}
+
+    def criterion(self, claim_id: str, key: str):
+        """The value of criterion ``key`` in the row of ``claim_id`` (None when not graded)."""
+        for row in self.rows():
+            if row["id"] == claim_id:
+                return next((c["value"] for c in row["criteria"] if c["key"] == key), None)
+        return None
+
+
+
+def _default_loader(name: str):
+    from normlimits.model.load import load_model
+
+    return load_model(name, origin=ARCHITECTURES_ENV)
+
+
+def survey(names: Sequence[str], corpus, window_count: int, *,
+           loader: Callable[[str], object] | None = None, max_length: int = MAX_LENGTH,
+           yardsticks: Sequence[str] | None = None,
+           say: Callable[[str], None] = lambda message: None,
+           windows_of: dict[str, int] | None = None) -> Iterator[Surveyed | Skipped]:
+    """Load each model in turn (only one in memory at a time), run the audit's yardsticks on
+    ``window_count`` windows (``windows_of[name]`` where given, at most ``window_count``) of
+    L = min(its context, ``max_length``) tokens of ``corpus``, and yield a :class:`Surveyed`; a
+    model whose loader raises (an unknown id, not available offline, an unsupported family, a
+    damaged folder) yields a :class:`Skipped` with the message."""
+    from normlimits.audit.command import GLOBAL_SEED, model_label, run_audit
+    from normlimits.model.capture_cache import cached_captures
+    from normlimits.model.corpus import token_windows
+    from normlimits.audit.yardsticks import AuditConfig
+
+    load = loader or _default_loader
+    for name in names:
+        start = time.perf_counter()
+        try:
+            loaded = load(name)
+        except (SettingError, OSError, ValueError) as exc:
+            say(f"{name}: skipped ({exc})")
+            yield Skipped(name, str(exc))
+            continue
+        length = min(int(loaded.max_positions), int(max_length))
+        count = min(window_count, (windows_of or {}).get(name, window_count))
+        windows = token_windows(loaded, corpus, length, count)
+        config = AuditConfig(length=length, paper_model=bool(loaded.is_paper_model))
+        torch.manual_seed(GLOBAL_SEED)  # as `normlimits audit` does: the same rows for the same model
+        # the book's capture cache: a model the chapters ran on is not captured twice
+        run = run_audit(loaded, windows, config, yardsticks=yardsticks, say=say,
+                        captures=cached_captures(loaded, corpus, length, count))
+        cfg = loaded.model.config
+        yield Surveyed(name=name, label=model_label(loaded), family=loaded.family,
+                       positions=positions_of(cfg), layers=loaded.n_layers, heads=loaded.n_heads,
+                       kv_heads=loaded.n_kv_heads, params=int(loaded.n_params), length=length,
+                       windows=len(windows), source=loaded.source, measured=run["measured"],
+                       seconds=time.perf_counter() - start)
+        del loaded
+
+
+def holds(verdict: str) -> str:
+    """The verdict read as "the limit holds / does not hold on this model"."""
+    return HOLDS.get(verdict, verdict)
+
+
+def comparison_table(results: Sequence[Surveyed]) -> pd.DataFrame:
+    """One column per model: architecture, size, and the headline statistic of each yardstick
+    (:func:`normlimits.audit.compare.statistics_frame`, the table ``normlimits compare`` shows)."""
+    from normlimits.audit.compare import statistics_frame
+
+    results = list(results)
+    return statistics_frame([r.document() for r in results], [r.name for r in results])
+
+
+def verdict_table(results: Sequence[Surveyed]) -> pd.DataFrame:
+    """Claims x models: each cell the verdict by the registered rule and what it says of the limit
+    (:func:`normlimits.audit.compare.verdict_frame`)."""
+    from normlimits.audit.compare import verdict_frame
+
+    results = list(results)
+    table = verdict_frame([r.document() for r in results], [r.name for r in results],
+                          cell=lambda row: f"{row['verdict']}: {holds(row['verdict'])}")
+    order = [c for claims in YARDSTICK_CLAIMS.values() for c in claims]
+    return table.reindex([c for c in order if c in table.index])
+
+
+def plot_yardstick(results: Sequence[Surveyed], yardstick: str, ax=None):
+    """Every surveyed model's headline curve for ``yardstick`` on ``ax`` (default: a new figure),
+    as ``normlimits compare`` overlays audits (:func:`normlimits.audit.compare.plot_overlay`); returns
+    the figure."""
+    from normlimits.audit.compare import plot_overlay
+
+    results = list(results)
+    return plot_overlay([r.document() for r in results],
+                        [f"{r.name} ({r.positions})" for r in results], yardstick, ax=ax)

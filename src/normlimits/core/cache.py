@@ -1,0 +1,178 @@
+"""Atomic writes into the project's cache: nothing half-written is ever left behind.
+
+Every writer puts its bytes under a temporary name in the destination's own folder, then renames
+it into place with ``os.replace`` (atomic on POSIX); a crash leaves at most a ``.tmp-*`` file that no
+reader ever opens. So an entry that exists is complete, and readers need no lock; writers hold
+:func:`writer_lock`, which on a read-only cache refuses with the folder's name. A damaged entry (a
+file altered after it was written) is named by :func:`read_json_entry` or by its owner's verifier
+(the stand-in's checksums), with the remedy: delete it to recompute it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from normlimits.core.settings import CACHE_ENV, SettingError, cache_dir
+
+
+class CacheError(SettingError):
+    """A cache entry is damaged, or the cache cannot be written where a write is needed; the
+    message names the file or folder and the remedy."""
+
+
+def key_digest(key: dict[str, Any]) -> str:
+    """A short, stable hex digest of a JSON-serialisable key."""
+    blob = json.dumps(key, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def cache_path(kind: str, key: dict[str, Any], suffix: str = "") -> Path:
+    """The path of a cached artefact of ``kind`` (a sub-folder) named by a digest of ``key``.
+
+    The sub-folder is created when the cache is writable; on a read-only cache the path is returned
+    all the same (a reader finds the entry or not; a writer is refused by :func:`writer_lock`).
+    """
+    folder = cache_dir() / kind
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
+    return folder / f"{key_digest(key)}{suffix}"
+
+
+@contextmanager
+def writer_lock(entry: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``entry`` (a file ``<entry>.lock`` beside it) while it is written.
+
+    Only writers lock: a complete entry is read without it (entries appear atomically), so a
+    read-only cache that holds what is needed is usable. Raises :class:`CacheError` naming the
+    folder when the lock cannot be created (read-only or missing folder): ``what`` is not cached
+    there and cannot be.
+    """
+    lock_path = entry.with_name(entry.name.split(".")[0] + ".lock")
+    try:
+        handle = open(lock_path, "w")
+    except OSError as exc:
+        raise CacheError(f"{what} is not in the cache and cannot be written there: the folder "
+                         f"{entry.parent} cannot be written ({exc.strerror}). Set {CACHE_ENV} to a "
+                         "writable folder, or fill this one where it is writable.") from None
+    import fcntl
+
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def read_json_entry(path: Path, what: str, remedy: str = "delete it to recompute it") -> Any:
+    """The JSON content of the cache file ``path``; a damaged file raises :class:`CacheError`
+    naming it, ``what`` it holds, and the remedy."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CacheError(f"the cached {what} {path} is damaged ({type(exc).__name__}: {exc}); "
+                         f"{remedy}.") from None
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 hex digest of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def umask_mode(base: int = 0o666) -> int:
+    """``base`` less the process's umask: the mode ``open`` (0o666) or ``mkdir`` (0o777) would
+    give, which ``mkstemp`` and ``mkdtemp`` (0o600, 0o700) do not. The umask is read from
+    ``/proc/self/status`` where there is one (setting it to read it is not thread-safe)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            mask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return base & ~mask
+
+
+def _atomic_file(path: Path, write: Callable[[Path], None]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.chmod(tmp, umask_mode(0o666))      # readable as the umask says, not mkstemp's 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically."""
+    return _atomic_file(path, lambda tmp: tmp.write_bytes(data))
+
+
+def atomic_write_json(path: Path, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    return atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def atomic_save_torch(obj: Any, path: Path) -> Path:
+    """``torch.save`` to ``path`` atomically."""
+    import torch
+
+    return _atomic_file(path, lambda tmp: torch.save(obj, tmp))
+
+
+def atomic_save_safetensors(tensors: dict[str, Any], path: Path) -> Path:
+    """Tensors (any device) to a safetensors file at ``path`` atomically, copied to the CPU."""
+    from safetensors.torch import save_file
+
+    cpu = {name: tensor.detach().to("cpu").contiguous() for name, tensor in tensors.items()}
+    return _atomic_file(path, lambda tmp: save_file(cpu, str(tmp)))
+
+
+def atomic_save_dir(directory: Path, fill: Callable[[Path], None]) -> Path:
+    """Create ``directory`` atomically: ``fill(tmpdir)`` writes its content, then it is renamed.
+
+    If ``directory`` already exists it is replaced.
+    """
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=directory.parent))
+    try:
+        os.chmod(tmp, umask_mode(0o777))      # as mkdir would make it, not mkdtemp's 0700
+        fill(tmp)
+        if directory.exists():
+            old = Path(tempfile.mkdtemp(prefix=".old-", dir=directory.parent))
+            os.replace(directory, old / "x")
+            os.replace(tmp, directory)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def package_digest(root: Path | None = None) -> str:
+    """sha256 over the package's Python sources (paths and contents, in sorted order)."""
+    root = root or Path(__file__).resolve().parents[1]    # the package: normlimits/core/cache.py
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()

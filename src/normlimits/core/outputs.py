@@ -1,0 +1,369 @@
+"""Outputs a user asked for, written as a transaction: nothing a user owns is lost or mixed.
+
+Two shapes of output share this machinery:
+
+- a **folder** (``normlimits audit --out DIR``): :class:`FolderOutput` writes every file into a
+  fresh temporary folder beside ``DIR`` (``.DIR.tmp-*``), writes ``manifest.json`` last (the tool,
+  the time, every file with its size and sha256), and moves the folder into place as a whole
+  (an atomic exchange where the system has one). Until then ``DIR`` is untouched; an interrupt
+  leaves the old folder intact (the temporary one is removed, or, after a kill, left hidden
+  beside it and removed by the next run).
+- a **file** (``python -m normlimits.experiments.bench --output FILE``): :class:`FileOutput` writes a
+  temporary file beside it and renames it into place.
+
+What may be replaced: a missing or empty target; an earlier output of the same tool (a folder
+whose ``manifest.json`` names the tool and whose files are exactly the ones it lists, unchanged;
+a file that ``is_ours`` recognises). A folder holding anything else is refused with the remedy:
+another folder, or, for an earlier output the user has since added to or edited, ``--force``,
+which moves the old folder aside (``DIR.previous-<time>``) instead of deleting it. A lock file
+beside the target (``.DIR.lock``) refuses a second writer while the first runs. Both classes
+check that the target can be written when they are created, before any computing. Files and
+folders get the permissions the user's umask gives (not mkstemp's 0600).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from normlimits.core.cache import file_sha256 as _sha256
+from normlimits.core.cache import umask_mode
+
+__all__ = ["OutputError", "FolderOutput", "FileOutput", "MANIFEST", "read_manifest",
+           "umask_mode", "check_target_text"]
+
+MANIFEST = "manifest.json"
+#: marks a temporary folder as this module's (so a later run may remove it after a kill)
+PARTIAL_MARK = ".normlimits-partial"
+
+
+class OutputError(ValueError):
+    """The output cannot be written as asked; the message names the option, the path and the
+    remedy."""
+
+
+def check_target_text(text: str, option: str) -> Path:
+    """The path an option's raw text names; an empty or blank value is refused (``Path('')`` is
+    the current folder, which the user did not ask for)."""
+    if not str(text).strip():
+        raise OutputError(f"{option} is empty: pass the path of the output "
+                          f"(e.g. {option} audit-out); an empty value would mean the current folder.")
+    return Path(str(text)).expanduser()
+
+
+def read_manifest(folder: Path) -> dict | None:
+    """The folder's ``manifest.json`` as a dict, or None when absent or not a manifest."""
+    path = Path(folder) / MANIFEST
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict) or "tool" not in doc:
+        return None
+    return doc
+
+
+def _changes(folder: Path, manifest: dict) -> list[str]:
+    """Names in ``folder`` that the manifest does not list, or whose bytes differ from it."""
+    listed = manifest["files"]
+    changed = []
+    for entry in sorted(os.listdir(folder)):
+        if entry == MANIFEST:
+            continue
+        path = folder / entry
+        info = listed.get(entry)
+        if info is None or not path.is_file() or path.is_symlink():
+            changed.append(entry)
+        elif path.stat().st_size != info.get("bytes") or _sha256(path) != info.get("sha256"):
+            changed.append(entry)
+    changed += [name for name in listed if not (folder / name).exists()]
+    return changed
+
+
+class _Lock:
+    """An exclusive, non-blocking lock on ``path`` (created; removed when released)."""
+
+    def __init__(self, path: Path, busy: Callable[[], OutputError],
+                 cannot: Callable[[OSError], OutputError]):
+        import fcntl
+
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, umask_mode())
+            except OSError as exc:
+                raise cannot(exc) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise busy() from None
+            try:                     # the file may have been removed by its previous holder
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        self.fd, self.path = fd, path
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, exchange = -100, 2
+    result = renameat2(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), exchange)
+    if result == 0:
+        return True
+    if ctypes.get_errno() in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(b))
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+class FolderOutput:
+    """A folder written as one transaction (see the module docstring).
+
+    ``option`` names the command-line option in messages (``--out``), ``tool`` the program (it
+    goes into the manifest and decides what counts as an earlier output). Creating one takes the
+    lock and makes the temporary folder (so an unwritable place is refused before any work);
+    :meth:`write` adds a file; :meth:`commit` writes the manifest and moves the folder into
+    place; :meth:`abort` (or leaving a ``with`` block by an exception) removes it.
+    """
+
+    def __init__(self, target: Path, *, tool: str, option: str = "--out", force: bool = False):
+        self.tool, self.option, self.force = tool, option, force
+        self.shown = str(target)
+        self.target = Path(os.path.abspath(Path(target).expanduser()))
+        if self.target.is_symlink():
+            self.target = self.target.resolve()
+        self.aside: Path | None = None
+        self.files: dict[str, dict] = {}
+        self._tmp: Path | None = None
+        self._check_shape()
+        parent = self.target.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._error(f"its folder {parent} cannot be created ({exc.strerror}); pass a "
+                              "writable place") from None
+        self._keep_old = False
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise self._unwritable(PermissionError(errno.EACCES, "not writable"))
+        self._lock = _Lock(parent / f".{self.target.name}.lock", self._busy, self._unwritable)
+        try:
+            self._check_replaceable()
+            self._remove_stale()
+            try:
+                self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.tmp-", dir=parent))
+                os.chmod(self._tmp, umask_mode(0o777))
+                (self._tmp / PARTIAL_MARK).touch()
+            except OSError as exc:
+                raise self._unwritable(exc) from None
+        except BaseException:
+            self._lock.release()
+            raise
+
+    # ------------------------------------------------------------------ checks
+    def _error(self, what: str) -> OutputError:
+        return OutputError(f"{self.option} {self.shown!r}: {what}.")
+
+    def _unwritable(self, exc: OSError) -> OutputError:
+        return self._error(f"cannot be written: the folder {self.target.parent} is not writable "
+                           f"({exc.strerror}); pass a writable place")
+
+    def _busy(self) -> OutputError:
+        return self._error(f"another {self.tool} is writing to this folder now (lock file "
+                           f"{self.target.parent / ('.' + self.target.name + '.lock')}); wait for it "
+                           f"to finish, or pass another {self.option}")
+
+    def _check_shape(self) -> None:
+        if self.target.exists() and not self.target.is_dir():
+            raise self._error(f"is a file, not a folder; pass a folder path ({self.option} "
+                              "is created if missing)")
+
+    def _check_replaceable(self) -> None:
+        t = self.target
+        if not t.exists() or not any(os.scandir(t)):
+            if t.exists() and not os.access(t, os.W_OK):
+                raise self._error("is not writable; pass a writable folder")
+            return
+        manifest = read_manifest(t)
+        if manifest is None or manifest.get("tool") != self.tool:
+            whose = ("it holds files this tool did not write" if manifest is None
+                     else f"it holds the output of {manifest.get('tool')!r}")
+            raise self._error(f"the folder is not empty and {whose}, which would be lost; pass "
+                              f"another {self.option} (a new or empty folder). --force replaces "
+                              f"only an earlier output of {self.tool}")
+        if not os.access(t, os.W_OK):
+            raise self._error("is not writable; pass a writable folder")
+        changed = _changes(t, manifest)
+        if changed and not self.force:
+            shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+            raise self._error(f"holds an earlier output of {self.tool} that was changed since "
+                              f"(added, edited or removed: {shown}); pass another {self.option}, "
+                              f"or --force to replace it (the old folder is moved aside to "
+                              f"{t.name}.previous-<time>, not deleted)")
+        self._keep_old = bool(changed) or self.force
+
+    def _remove_stale(self) -> None:
+        """Temporary folders of earlier runs that were killed (marked, and we hold the lock)."""
+        for entry in self.target.parent.glob(f".{self.target.name}.tmp-*"):
+            if entry.is_dir() and (entry / PARTIAL_MARK).is_file():
+                shutil.rmtree(entry, ignore_errors=True)
+
+    # ------------------------------------------------------------------ writing
+    @property
+    def folder(self) -> Path:
+        """The temporary folder being filled (not the target)."""
+        assert self._tmp is not None, "the output was committed or aborted"
+        return self._tmp
+
+    def write(self, name: str, data: bytes) -> Path:
+        """Add the file ``name`` (no folders) with ``data``."""
+        if "/" in name or name in (MANIFEST, PARTIAL_MARK, "", ".", ".."):
+            raise ValueError(f"not a plain output file name: {name!r}")
+        path = self.folder / name
+        with open(path, "wb") as handle:
+            handle.write(data)
+        self.files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        return self.target / name
+
+    def commit(self) -> Path:
+        """Write the manifest last and move the folder into place; returns the target."""
+        tmp = self.folder
+        manifest = {"tool": self.tool, "format": 1,
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": self.files}
+        (tmp / PARTIAL_MARK).unlink()
+        with open(tmp / MANIFEST, "w", encoding="utf-8") as handle:
+            json.dump(manifest, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        try:
+            self._check_shape()
+            self._check_replaceable()          # again: the target may have changed meanwhile
+            if self.target.exists() and any(os.scandir(self.target)):
+                self._replace(tmp)
+            else:
+                os.replace(tmp, self.target)   # onto a missing or empty folder
+        except OSError as exc:
+            self.abort()
+            raise self._error(f"cannot be moved into place ({exc.strerror}); nothing was "
+                              "changed there") from None
+        except BaseException:
+            self.abort()
+            raise
+        self._tmp = None
+        self._lock.release()
+        return self.target
+
+    def _replace(self, tmp: Path) -> None:
+        aside = self.target.with_name(f"{self.target.name}.previous-{_stamp()}")
+        n = 1
+        while aside.exists():
+            aside = self.target.with_name(f"{self.target.name}.previous-{_stamp()}-{n}")
+            n += 1
+        if _exchange(tmp, self.target):            # tmp now holds the old folder
+            os.rename(tmp, aside)
+        else:
+            os.rename(self.target, aside)
+            os.rename(tmp, self.target)
+        if self._keep_old:
+            self.aside = aside
+        else:                                      # an unchanged earlier output: its own files
+            shutil.rmtree(aside, ignore_errors=True)
+
+    def abort(self) -> None:
+        """Remove the temporary folder and release the lock; the target is as it was."""
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        self._lock.release()
+
+    def __enter__(self) -> "FolderOutput":
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        if kind is not None or self._tmp is not None:
+            self.abort()
+
+
+class FileOutput:
+    """A single file written as a transaction: locked, checked writable up front, an existing file
+    replaced only if ``is_ours(path)`` says it is an earlier output of the same tool."""
+
+    def __init__(self, target: Path, *, tool: str, option: str,
+                 is_ours: Callable[[Path], bool]):
+        self.tool, self.option, self.shown = tool, option, str(target)
+        self.target = Path(os.path.abspath(Path(target).expanduser()))
+        if self.target.is_dir():
+            raise self._error("is a folder; pass the path of a file (e.g. "
+                              f"{Path(self.shown) / 'bench.json'})")
+        parent = self.target.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._error(f"its folder {parent} cannot be created ({exc.strerror}); pass a "
+                              "writable place") from None
+        if not parent.is_dir():
+            raise self._error(f"{parent} is not a folder; pass a path in a folder")
+        self._lock = _Lock(parent / f".{self.target.name}.lock", lambda: self._error(
+            f"another {tool} is writing this file now; wait for it to finish, or pass another "
+            f"{option}"), lambda exc: self._error(
+            f"cannot be written: its folder {parent} is not writable ({exc.strerror}); pass a "
+            "writable place"))
+        try:
+            if self.target.exists() and not is_ours(self.target):
+                raise self._error(f"exists and is not an earlier output of {tool}, so it would be "
+                                  f"lost; pass another {option}, or move the file away")
+            if self.target.exists() and not os.access(self.target, os.W_OK):
+                raise self._error("is not writable; pass another path")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise self._error(f"cannot be written: its folder {parent} is not writable; pass "
+                                  "a writable place")
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _error(self, what: str) -> OutputError:
+        return OutputError(f"{self.option} {self.shown!r}: {what}.")
+
+    def commit(self, data: bytes) -> Path:
+        """Write ``data`` atomically into place and release the lock; returns the path."""
+        from normlimits.core.cache import atomic_write_bytes
+
+        try:
+            return atomic_write_bytes(self.target, data)
+        except OSError as exc:
+            raise self._error(f"cannot be written ({exc.strerror})") from None
+        finally:
+            self._lock.release()
+
+    def abort(self) -> None:
+        self._lock.release()

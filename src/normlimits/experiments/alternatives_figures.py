@@ -1,0 +1,133 @@
+"""Figures of the alternatives chapter (matplotlib; every function returns the figure).
+
+- :func:`yardstick_figure`: the normalisers on the four yardsticks (from
+  :class:`normlimits.experiments.alternatives.YardstickResults`);
+- :func:`sweep_figure`: SSMax across its critical scale and the sink logit swept;
+- :func:`removal_figure`: attention with tokens removed (from
+  :class:`normlimits.experiments.removal.RemovalResult`) next to Figure 2c's critical N.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def _palette(keys):
+    import matplotlib.pyplot as plt
+
+    colours = plt.get_cmap("tab20").colors
+    return {k: colours[i % len(colours)] for i, k in enumerate(keys)}
+
+
+def yardstick_figure(results, keys: Sequence[str], labels: dict, dashed: Sequence[str] = ()):
+    """Five panels: (a) largest weight against L, (b) d~_N / d~_1 against N, (c) N_s/N against N,
+    (d) mean Jacobian norm against T, (e) the norm against the selectivity it buys. ``dashed``:
+    keys drawn dashed (rows that need not sum to 1)."""
+    import matplotlib.pyplot as plt
+
+    cfg = results.config
+    colour = _palette(keys)
+    style = {k: "--" if k in dashed else "-" for k in keys}
+    fig, grid = plt.subplots(3, 2, figsize=(7.2, 10.5))
+    # panels (a)-(e) in reading order, the legend in the sixth place
+    axes = np.array([[grid[0, 0], grid[0, 1], grid[1, 0]], [grid[1, 1], grid[2, 0], grid[2, 1]]])
+    lengths = np.array(cfg.lengths, dtype=float)
+    n_grid = list(cfg.n_grid)
+    temps = np.array(cfg.temperatures)
+    for key in keys:
+        kw = dict(color=colour[key], marker="o", ms=3)
+        axes[0, 0].plot(lengths, results.curve(key, "max_weight").numpy(), style[key], label=labels[key], **kw)
+        d = results.curve(key, "distance").numpy()
+        axes[0, 1].plot(n_grid, d / d[0], style[key], **kw)
+        axes[0, 2].plot(n_grid, results.curve(key, "separability").numpy(), style[key], **kw)
+        if "jacobian" in results.stats[key]:
+            axes[1, 0].plot(temps, results.curve(key, "jacobian").numpy(), style[key], **kw)
+            axes[1, 1].plot(results.curve(key, "jacobian_selectivity").numpy(),
+                            results.curve(key, "jacobian").numpy(), style[key] if key != "softmax" else "", **kw)
+    axes[0, 0].plot(lengths, 1 / lengths, "k:", lw=1, label="1/L")
+    axes[0, 0].set(xscale="log", yscale="log", xlabel="L (keys visible)", ylabel="largest weight",
+                   title="(a) vanishing")
+    axes[0, 0].set_xticks(cfg.lengths, [str(n) for n in cfg.lengths])
+    axes[0, 1].set(xscale="log", xlabel="N (top-N selected)", ylabel=r"$\tilde d_N / \tilde d_1$",
+                   title="(b) distance")
+    axes[0, 2].set(xscale="log", xlabel="N (top-N selected)", ylabel=r"$N_s/N$", ylim=(0, 1.05),
+                   title="(c) geometric separability")
+    for ax in axes[0, 1], axes[0, 2]:
+        ax.set_xticks(n_grid[::2], [str(n) for n in n_grid[::2]])
+    axes[1, 0].plot(temps, 1 / (2 * temps), "k--", lw=1, label="1/(2T)")
+    axes[1, 0].plot(temps, 1 / temps, "k:", lw=1, label="1/T")
+    axes[1, 0].set(xscale="log", yscale="log", xlabel="T", ylabel=r"mean $\|\partial\alpha/\partial\ell\|_2$",
+                   title="(d) gradient sensitivity")
+    axes[1, 0].legend()
+    ref = "softmax"
+    if "reference_jacobian" in results.stats.get(ref, {}):
+        axes[1, 1].plot(results.curve(ref, "reference_selectivity").numpy(),
+                        results.curve(ref, "reference_jacobian").numpy(), color=colour.get(ref, "k"), lw=1)
+    axes[1, 1].set(yscale="log", xlabel="mean largest weight (selectivity)",
+                   ylabel=r"mean $\|\partial\alpha/\partial\ell\|_2$", title="(e) gradient at equal selectivity")
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    axes[1, 2].axis("off")
+    axes[1, 2].legend(handles, names, loc="center", ncol=1, title="normaliser", frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def sweep_figure(gamma_table, gamma_factors: Sequence[float], sink_table, sink_values: Sequence[float],
+                 b_star: float, knee: int = 16):
+    """Two panels: the largest weight at the longest L and N_s/N at ``knee`` against
+    gamma / gamma_c (left) and against the sink logit b with the matched b* marked (right)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 6.4))
+    sep = f"N_s/N (N={knee})"
+    for ax, table, x in ((ax1, gamma_table, list(gamma_factors)), (ax2, sink_table, list(sink_values))):
+        ax.plot(x, table["max weight (L max)"].to_numpy(), "o-", label="largest weight, L = 1024")
+        ax.plot(x, table[sep].to_numpy(), "s-", label=f"$N_s/N$ at $N = {knee}$")
+        ax.plot(x, table["row sum"].to_numpy(), "^:", label="row sum")
+        ax.set(ylim=(0, 1.05))
+    ax1.axvline(1.0, color="k", ls="--", lw=1)
+    ax1.set(xscale="log", xlabel=r"$\gamma / \gamma_c$", title="SSMax across the critical scale")
+    ax1.set_xticks(list(gamma_factors), [f"{g:g}" for g in gamma_factors])
+    ax2.axvline(b_star, color="k", ls="--", lw=1, label=r"$b^*$ (median head)")
+    ax2.set(xlabel="sink logit b", title="a sink logit per head")
+    ax2.legend()
+    fig.tight_layout()
+    return fig
+
+
+def removal_figure(removal, critical: dict, tau: float):
+    """Three panels: (a) the loss increase against N per length (solid: delete, dashed: delete
+    and renormalise; dotted line: tau); (b) N*_tau / L against L for both modes next to the
+    critical N / L of Figure 2c (``critical``: L -> critical N or None); (c) the relative change
+    of the layer output against N."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(7.2, 10.5))
+    colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(removal.lengths)))
+    for c, L in zip(colours, removal.lengths):
+        grid = removal.grids[L]
+        axes[0].plot(grid, np.clip(removal.increase["delete"][L], 1e-5, None), "-o", ms=3, color=c, label=f"L = {L}")
+        axes[0].plot(grid, np.clip(removal.increase["renormalise"][L], 1e-5, None), "--", color=c)
+        if removal.output_change["delete"]:
+            axes[2].plot(grid, removal.output_change["delete"][L], "-o", ms=3, color=c, label=f"L = {L}")
+            axes[2].plot(grid, removal.output_change["renormalise"][L], "--", color=c)
+    axes[0].axhline(tau, color="k", ls=":", lw=1, label=rf"$\tau$ = {tau:g}")
+    axes[0].set(xscale="log", yscale="log", xlabel="N kept per head and query",
+                ylabel="loss increase (nats/token)", title="(a) next-token loss")
+    axes[0].legend()
+    lengths = np.array(removal.lengths, dtype=float)
+    for mode, marker in (("delete", "o-"), ("renormalise", "s--")):
+        axes[1].plot(lengths, removal.fraction(tau, mode), marker, label=rf"$N^*_\tau/L$, {mode}")
+    crit = [(L, n / L) for L, n in critical.items() if n is not None]
+    if crit:
+        axes[1].plot(*zip(*crit), "k^:", label="critical N / L (Fig. 2c)")
+    axes[1].set(xscale="log", yscale="log", xlabel="context length L", ylabel="fraction of the context",
+                title=r"(b) tokens needed vs Fig. 2c")
+    axes[1].set_xticks(removal.lengths, [str(L) for L in removal.lengths])
+    axes[1].legend()
+    axes[2].set(xscale="log", yscale="log", xlabel="N kept per head and query",
+                ylabel="relative change of the layer output", title="(c) attention output")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,348 @@
+"""The distances chapter's measurements, as numbers: synthetic checks of Theorem 1 and Corollary 2,
+the flat-Gaussian counterexample, and the numbers of Figure 2 read from the token-mean study.
+
+Every function returns numbers (or a small table) and raises nothing on a failed inequality: the
+counts of violations are what the claims' rules grade, so a verdict can come out either way.
+Shapes: studies and sweeps as in :mod:`normlimits.metrics.token_means` and :mod:`normlimits.metrics.distances`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from normlimits.metrics import distances as D
+from normlimits.core.fits import loglog_fit
+from normlimits.core.protocol import FIXED_N
+from normlimits.metrics.readings import row_statistics
+from normlimits.metrics.token_means import PositionStudy
+
+__all__ = ["SyntheticChecks", "synthetic_checks", "FlatGaussianCase", "flat_gaussian_case",
+           "figure2_numbers", "subsample_error", "median_curves"]
+
+#: a Monte Carlo estimate counts as outside an interval only beyond this many standard errors
+SE_TOLERANCE = 5.0
+#: the synthetic checks compute E exactly wherever C(L, N) is at most this many subsets (L = 8,
+#: and N = 1 or L - 1 at every L): on peaked rows the Monte Carlo estimate is heavy-tailed and its
+#: sample standard error too small, so a proven inequality can look broken by "5 standard errors"
+ENUMERATION_LIMIT = 2000
+
+
+@dataclass(frozen=True)
+class SyntheticChecks:
+    """Random softmax rows with Gaussian vectors against Theorem 1 and the corrected Corollary 2(i).
+
+    ``table``: one line per (L, N, logit scale) with the medians over rows; ``rows``: rows checked
+    per inequality; ``bound_violations``: rows with d~ above the fixed-set bound (or the linear
+    bound above the Cauchy form); ``outside``: settings-rows where E (exact at L = 8, else Monte
+    Carlo) leaves [main, rms] by more than :data:`SE_TOLERANCE` standard errors, or rms exceeds
+    main + the eps-bound; ``corrected_violations``: rows breaking the corrected Corollary 2(i)
+    (the main sum outside ``(L-N)/L ((1+c) S -+ c L ||T||)`` or E above its cap ``upper``);
+    ``checks``: how many (row, setting) expectations were checked.
+    """
+
+    table: object
+    rows: int
+    bound_violations: int
+    outside: int
+    corrected_violations: int
+    checks: int
+
+
+def _count_outside(value, lower=None, upper=None, slack=0.0, rtol=1e-9) -> int:
+    v = torch.as_tensor(value, dtype=torch.float64)
+    bad = torch.zeros_like(v, dtype=torch.bool)
+    if lower is not None:
+        lo = torch.as_tensor(lower, dtype=torch.float64)
+        bad |= v < lo - slack - rtol * lo.abs()
+    if upper is not None:
+        hi = torch.as_tensor(upper, dtype=torch.float64)
+        bad |= v > hi + slack + rtol * hi.abs()
+    return int(bad.sum())
+
+
+def synthetic_checks(trials: int = 64, samples: int = 500, dim: int = 16,
+                     lengths: Sequence[int] = (8, 32, 128), scales: Sequence[float] = (0.5, 4.0),
+                     seed: int = 0) -> SyntheticChecks:
+    """Theorem 1's bounds and the corrected Corollary 2(i) on ``trials`` random rows per setting
+    (softmax of ``scale`` times Gaussian logits; Gaussian vectors in ``dim`` dimensions), for
+    N in {1, 4, L/4, L - 1}; E exact by enumeration where C(L, N) <= :data:`ENUMERATION_LIMIT`,
+    else from ``samples`` draws."""
+    import pandas as pd
+
+    gen = torch.Generator().manual_seed(seed)
+    lines, rows, bound_bad, outside, corrected_bad, checks = [], 0, 0, 0, 0, 0
+    for L in lengths:
+        for scale in scales:
+            w, x = D.synthetic_rows(trials, L, dim, scale, generator=gen)
+            for n in sorted({1, 4, L // 4, L - 1}):
+                prof = D.distance_profile(w, x, [n])
+                rows += prof.true.numel()
+                bound_bad += _count_outside(prof.true, upper=prof.bound_linear, rtol=1e-6)
+                bound_bad += _count_outside(prof.bound_linear, upper=prof.bound_cauchy, rtol=1e-6)
+                mean, se = D.sampled_expectation(w, x, n, samples, generator=gen)
+                main, rms = prof.expected_main[..., 0], prof.expected_rms[..., 0]
+                outside += _count_outside(rms, upper=prof.expected_upper[..., 0], rtol=1e-6)
+                exact = (D.enumerated_expectation(w[:, 0], x, n)[:, None]
+                         if math.comb(L, n) <= ENUMERATION_LIMIT else None)
+                if exact is not None:
+                    outside += _count_outside(exact, main, rms, rtol=1e-9)
+                    ref = exact
+                else:
+                    outside += _count_outside(mean, main - SE_TOLERANCE * se, rms + SE_TOLERANCE * se)
+                    ref = mean
+                checks += ref.numel()
+                corrected_bad += corrected_violations(w, x, n, ref, se if exact is None else 0 * se)
+                lines.append({"L": L, "N": n, "logit scale": scale,
+                              "E": "exact" if exact is not None else "Monte Carlo",
+                              "(E - main)/main": float(((ref - main) / main).median()),
+                              "(rms - E)/E": float(((rms - ref) / ref).median()),
+                              "eps-bound/main": float((prof.jensen_bound[..., 0] / main).median()),
+                              "true/bound": float((prof.true / prof.bound_linear).median())})
+    return SyntheticChecks(pd.DataFrame(lines), rows, bound_bad, outside, corrected_bad, checks)
+
+
+def corrected_violations(weights, vectors, n: int, expected, se=None) -> int:
+    """Rows breaking the corrected Corollary 2(i) (the chapter's proposition): the main sum
+    outside ``(L-N)/L ((1+c) S -+ c L ||T||)`` (c = N/(L-1), S = sum ||alpha_i x_i||,
+    T = sum alpha_i x_i), or ``expected`` [..., R] (exact, or Monte Carlo with standard error
+    ``se``) outside [main, upper]. weights [..., R, L] (every key visible), vectors [..., L, d]."""
+    st = row_statistics(weights, vectors, [n], samples=0, expectations=("main", "upper"))["scaled"]
+    main, upper, S = st["main"][..., 0], st["upper"][..., 0], st["individual"][..., 0]
+    L = weights.shape[-1]
+    c = n / (L - 1)
+    t_norm = torch.matmul(weights, vectors).norm(dim=-1)
+    keep = (L - n) / L
+    slack = 0.0 if se is None else SE_TOLERANCE * torch.as_tensor(se, dtype=torch.float64)
+    return (_count_outside(main, keep * ((1 + c) * S - c * L * t_norm),
+                           keep * ((1 + c) * S + c * L * t_norm), rtol=1e-9)
+            + _count_outside(torch.as_tensor(expected, dtype=torch.float64) + 0 * main, main - slack,
+                             upper + slack, rtol=1e-9))
+
+
+@dataclass(frozen=True)
+class FlatGaussianCase:
+    """Flat weights ``1/L`` and i.i.d. standard Gaussian ``x`` in ``d`` dimensions, one row:
+    ``ratio`` = E/S (Monte Carlo E, ``ratio_se`` its standard error), ``allowance`` = N ||T||/S
+    (the size of the error term of the old statement), ``main_ratio`` = main/S,
+    ``upper_ratio`` = upper/S, ``limit`` = (L - N)/L sqrt(N + 1) (the exact value of the ratio of
+    the means over x)."""
+
+    L: int
+    d: int
+    n: int
+    ratio: float
+    ratio_se: float
+    allowance: float
+    main_ratio: float
+    upper_ratio: float
+    limit: float
+
+
+def flat_gaussian_case(L: int = 1024, d: int = 16, n: int = FIXED_N, samples: int = 256,
+                       seed: int = 0) -> FlatGaussianCase:
+    """The counterexample to "E d~ -> sum ||alpha_i x_i|| up to O(N ||sum alpha_i x_i||)"."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.full((1, L), 1.0 / L, dtype=torch.float64)
+    x = torch.randn(L, d, generator=g, dtype=torch.float64)
+    st = row_statistics(w, x, [n], samples=samples, expectations=("main", "upper"),
+                        generator=g)["scaled"]
+    S = float(st["individual"][0, 0])
+    E = float(st["mc"][0, 0])
+    se = math.sqrt(float(st["mc_var"][0, 0]))
+    return FlatGaussianCase(L, d, n, E / S, se / S, n * float((w @ x).norm()) / S,
+                            float(st["main"][0, 0]) / S, float(st["upper"][0, 0]) / S,
+                            (L - n) / L * math.sqrt(n + 1))
+
+
+def median_curves(study: PositionStudy, form: str, statistic: str, aggregate: str = "paper"
+                  ) -> np.ndarray:
+    """[m, n] the median over heads of one statistic, for every length and N of the study."""
+    return np.stack([np.median(study.per_head(form, statistic, L, aggregate).numpy(), 0)
+                     for L in study.lengths])
+
+
+def _per_head(study, form, statistic, length, aggregate="paper") -> np.ndarray:
+    return study.per_head(form, statistic, length, aggregate).numpy()
+
+
+def figure2_numbers(study: PositionStudy, sweep_b, *, form: str = "scaled", n: int = FIXED_N,
+                    rho: float = 0.25) -> dict:
+    """The numbers Figure 2 and Corollary 2 are graded by, from the primary token-mean study
+    (``form`` with ``mc``, ``main``, ``rms``, ``upper``) and the last-row sweep at the longest L
+    with bounds (``sweep_b``, N grid holding 1, 20 and 100).
+
+    Keys: ``exp_true``, ``exp_mc``, ``exp_main`` (median-head exponents in L at N = n);
+    ``ratio`` (median true/E), ``gap`` (median (E - main)/main), ``rms_over`` (median
+    (rms - E)/E), ``mc_rel_se`` (median relative standard error of E), ``ratio_model``
+    (median E/S), all at N = n and the longest L; ``mc_rel_se_max`` over every head, length and
+    N; ``outside`` (head-length-N cells with E outside [main, rms] by more than
+    :data:`SE_TOLERANCE` standard errors), ``corrected_violations`` (E outside [main, upper]);
+    ``elasticity`` (d log d~/d log N of the median head between N = 20 and 100),
+    ``converge`` (median |true - E|/true at N = 100 over that at N = 1), ``tightens``
+    (median head's bound/true at N = 100 over that at N = 20, last row); ``near_L``,
+    ``near_L_expected`` (median over heads of the value at the largest N < L of the grid over the
+    largest value over N); ``retained`` (median over heads of d~(N = rho L)/d~(N = n)) and
+    ``collapse_exp`` (exponent in L of the median head's d~(N = rho L)).
+    """
+    grid = study.n_grid.tolist()
+    lengths = np.array(study.lengths, dtype=float)
+    Lmax = study.lengths[-1]
+    j = grid.index(n)
+    med = {s: median_curves(study, form, s) for s in ("true", "mc", "main")}
+    at = {s: _per_head(study, form, s, Lmax) for s in ("true", "mc", "main", "rms", "upper",
+                                                        "individual", "mc_se")}
+    out = {f"exp_{s}": float(loglog_fit(lengths, med[s][:, j]).exponent) for s in med}
+    out.update(ratio=float(np.median(at["true"][:, j] / at["mc"][:, j])),
+               gap=float(np.median((at["mc"][:, j] - at["main"][:, j]) / at["main"][:, j])),
+               rms_over=float(np.median((at["rms"][:, j] - at["mc"][:, j]) / at["mc"][:, j])),
+               mc_rel_se=float(np.median(at["mc_se"][:, j] / at["mc"][:, j])),
+               ratio_model=float(np.median(at["mc"][:, j] / at["individual"][:, j])))
+    m = study.means[form]
+    live = m.mc > 0
+    out["mc_rel_se_max"] = float((m.mc_se[live] / m.mc[live]).max())
+    tol = SE_TOLERANCE * m.mc_se
+    out["outside"] = int(((m.mc < m.main - tol - 1e-9 * m.main)
+                          | (m.mc > m.rms + tol + 1e-9 * m.rms)).sum())
+    out["corrected_violations"] = int(((m.mc < m.main - tol - 1e-9 * m.main)
+                                       | (m.mc > m.upper + tol + 1e-9 * m.upper)).sum())
+    i1, i20, i100 = grid.index(1), grid.index(20), grid.index(100)
+    true_L = med["true"][-1]
+    out["elasticity"] = math.log(true_L[i100] / true_L[i20]) / math.log(100 / 20)
+    rel = np.median(np.abs(at["true"] - at["mc"]) / at["true"], 0)
+    out["converge"] = float(rel[i100] / rel[i1])
+    b_grid = sweep_b.n_grid.tolist()
+    ratio_b = (sweep_b.bound_linear / sweep_b.true).reshape(-1, len(b_grid)).numpy()
+    out["tightens"] = float(np.median(ratio_b[:, b_grid.index(100)] / ratio_b[:, b_grid.index(20)]))
+    below = max(k for k, v in enumerate(grid) if v < Lmax)
+    for key, s in (("near_L", "true"), ("near_L_expected", "mc")):
+        out[key] = float(np.median(at[s][:, below] / at[s].max(1)))
+    out["near_L_n"] = grid[below]
+    coll = [(L, grid.index(int(rho * L))) for L in study.lengths
+            if float(rho * L).is_integer() and int(rho * L) in grid and int(rho * L) > n]
+    jl = grid.index(int(rho * Lmax))
+    out["retained"] = float(np.median(at["true"][:, jl] / at["true"][:, j]))
+    curve = [med["true"][study.lengths.index(L), k] for L, k in coll]
+    out["collapse_exp"] = float(loglog_fit([L for L, _ in coll], curve).exponent)
+    out["collapse_lengths"] = len(coll)
+    return out
+
+
+def subsample_error(exact: PositionStudy, sampled: PositionStudy, form: str = "scaled",
+                    statistics: Sequence[str] = ("true", "main")) -> dict:
+    """Relative error of the position-subsampled token-means against every position, over every
+    head, length and N of two studies of the same windows: ``{statistic: (median, max)}``."""
+    out = {}
+    for s in statistics:
+        a = exact.means[form].expectation(s) if s != "true" else exact.means[form].true
+        b = sampled.means[form].expectation(s) if s != "true" else sampled.means[form].true
+        live = a > 0
+        rel = ((b - a).abs()[live] / a[live])
+        out[s] = (float(rel.median()), float(rel.max()))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Figures (matplotlib; the chapter's cells call these)
+# --------------------------------------------------------------------------------------------
+
+COLORS = {"true": "tab:green", "mc": "tab:blue", "main": "tab:cyan", "bound": "tab:red"}
+
+
+def _band(ax, x, values, color, label, marker="o", ls="-"):
+    """Median over heads (line) and 10th-90th percentile (band); values [heads, len(x)]."""
+    v = np.asarray(values)
+    ax.plot(x, np.median(v, 0), color=color, marker=marker, ls=ls, label=label, ms=4)
+    ax.fill_between(x, np.percentile(v, 10, 0), np.percentile(v, 90, 0), color=color, alpha=0.15)
+
+
+def _over_lengths(study, form, statistic, column, aggregate="paper") -> np.ndarray:
+    return np.stack([_per_head(study, form, statistic, L, aggregate)[:, column]
+                     for L in study.lengths], 1)
+
+
+def plot_fig2a(study: PositionStudy, sweep_a, *, form: str = "scaled", n: int = FIXED_N):
+    """Left: d~, Monte Carlo E and the main sum at N = n against L, token-means over every query
+    position (the paper's protocol). Right: the last row (t = L - 1) with the fixed-set bound."""
+    import matplotlib.pyplot as plt
+
+    j = study.n_grid.tolist().index(n)
+    x = study.lengths
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 7.6), sharey=True)
+    for s, label, marker in (("true", r"true $\tilde d$", "o"), ("mc", r"$\mathbb{E}\tilde d$ (Monte Carlo)", "s"),
+                             ("main", r"main sum (lower bound on $\mathbb{E}$)", "")):
+        _band(ax1, x, _over_lengths(study, form, s, j), COLORS[s], label, marker)
+    heads = sweep_a.true.shape[0] * sweep_a.true.shape[1]
+    lens = sweep_a.lengths.tolist()
+    for s, key, marker in (("true", "true", "o"), ("main", "expected_main", ""), ("bound", "bound_linear", "^")):
+        _band(ax2, lens, getattr(sweep_a, key).reshape(heads, -1).numpy(), COLORS[s],
+              {"true": r"true $\tilde d$", "main": "main sum", "bound": "fixed-set bound"}[s], marker)
+    ax1.set(title=f"every query position (paper), N = {n}", ylabel="distance (units of x)")
+    ax2.set(title=f"last row only (variant), N = {n}")
+    for ax in (ax1, ax2):
+        ax.set(xscale="log", yscale="log", xlabel="L")
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_fig2b(study: PositionStudy, *, form: str = "scaled", critical: int | None = None):
+    """d~, Monte Carlo E and the main sum against N at the longest L (every query position), with
+    the norm-of-sum reading for comparison and the critical N (if any) and 0.06 L marked."""
+    import matplotlib.pyplot as plt
+
+    L = study.lengths[-1]
+    grid = np.array(study.n_grid.tolist())
+    fig, ax = plt.subplots(figsize=(7.2, 4.2))
+    for s, label in (("true", r"true $\tilde d$"), ("mc", r"$\mathbb{E}\tilde d$ (Monte Carlo)"),
+                     ("main", "main sum")):
+        _band(ax, grid, _per_head(study, form, s, L), COLORS[s], label, marker="")
+    if "norm_of_sum" in study.means:
+        ax.plot(grid, np.median(_per_head(study, "norm_of_sum", "true", L), 0), color="0.4", lw=1,
+                label="norm-of-sum reading")
+    ax.axvline(0.06 * L, color="k", ls=":", lw=1, label="N = 0.06 L")
+    if critical is not None:
+        ax.axvline(critical, color="tab:purple", ls="--", lw=1, label="critical N (KS, 0.01)")
+    ax.set(xscale="log", yscale="log", xlabel="N", ylabel="distance (units of x)",
+           title=f"L = {L}, every query position")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_fig2c(searches: dict, alpha: float = 0.01, fraction: float = 0.06):
+    """Left: critical N against L for each named search (``{label: CriticalN}``), none below L
+    drawn at N = L as open markers, and ``fraction * L``. Right: the KS p-value against N/L of the
+    first search, one curve per length."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 7.6))
+    for k, (label, search) in enumerate(searches.items()):
+        x = np.array(search.lengths, float)
+        crit = search.critical[alpha]
+        found = np.array([c is not None for c in crit])
+        y = np.array([L if c is None else c for c, L in zip(crit, x)], float)
+        color = f"C{k}"
+        ax1.plot(x[found], y[found], "o", color=color, label=label)
+        ax1.plot(x[~found], y[~found], "o", mfc="none", color=color,
+                 label=f"{label}: none below L" if (~found).any() else None)
+    ax1.plot(x, fraction * x, "k--", lw=1, label=f"{fraction:g} L (paper)")
+    ax1.plot(x, x, "k:", lw=1, label="N = L")
+    ax1.set(xscale="log", yscale="log", xlabel="L", ylabel=f"critical N (alpha = {alpha:g})")
+    ax1.legend()
+    first = next(iter(searches.values()))
+    cmap = plt.get_cmap("viridis")
+    for k, (L, test) in enumerate(zip(first.lengths, first.tests)):
+        p = np.where(np.isnan(test.pvalue), np.nan, np.maximum(test.pvalue, 1e-300))
+        ax2.plot(test.n_grid / L, p, color=cmap(k / max(len(first.lengths) - 1, 1)), lw=1,
+                 label=str(L) if k in (0, len(first.lengths) - 1) else None)
+    ax2.axhline(alpha, color="k", ls=":", lw=1)
+    ax2.set(xscale="log", yscale="log", xlabel="N / L", ylabel="KS p-value",
+            title=next(iter(searches)))
+    ax2.legend(title="L")
+    fig.tight_layout()
+    return fig

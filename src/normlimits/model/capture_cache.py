@@ -1,0 +1,227 @@
+"""The shared capture cache: forward passes computed once per build, reused by every chapter.
+
+Every chapter captures the same corpus windows on the same model; :func:`cached_captures` serves
+them from disk when an earlier chapter of the build already ran the forward pass. An entry is
+keyed by everything the captures depend on:
+
+- the model: its name, a sha256 of its configuration and of every weight tensor (as it is in
+  memory, so a model changed after loading gets its own entry), the factor each layer puts on
+  ``q.k``, the device type and the dtype of the forward pass;
+- the corpus's sha256, the window length L and the window count (which fix the windows);
+- the versions of torch and transformers, and a digest of this package's sources.
+
+Each window is one safetensors file holding ``queries``, ``keys``, ``values``, ``hidden``,
+``scale`` and the window's token ``ids``, written atomically (a temporary file renamed into place),
+in the dtype of the forward pass (float32 by default: the cache returns bit-identical tensors, so
+no result changes). Beside it, ``window-NNNN.sha256`` records the sha256 of the file's bytes when it
+was written; a read checks it (the file is read once, hashed and decoded from the same bytes), so a
+file altered since (same size, a block overwritten) is never served. A file that cannot be read,
+has no or another checksum, or whose ids or shapes do not match, is computed again and replaced,
+with a warning naming it.
+
+Where: ``NORMLIMITS_CAPTURE_CACHE`` (a folder, or ``off``); unset, ``_build/captures`` of the book
+the current folder belongs to, which ``python -m normlimits.book.execution_cache`` (the first step of
+``make book``) drops together with the executed chapters whenever the settings, the package or
+the corpus change; outside a book (no ``_config.yml`` above the current folder), nothing is
+cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+from torch import Tensor
+
+from normlimits.core.cache import atomic_write_bytes, atomic_write_json, key_digest
+from normlimits.model.capture import WindowCapture, capture_window, input_device, layer_scales
+
+CAPTURE_CACHE_ENV = "NORMLIMITS_CAPTURE_CACHE"
+#: the folder under the build directory (``execution_cache.DERIVED`` drops it)
+BUILD_SUBDIR = "captures"
+FIELDS = ("queries", "keys", "values", "hidden", "scale")
+KEY_FILE = "key.json"
+
+
+def capture_cache_dir() -> Path | None:
+    """The cache folder: ``NORMLIMITS_CAPTURE_CACHE``, else the book's ``_build/captures``, else
+    None (no caching). ``off`` (or ``0``, ``none``) disables it."""
+    raw = os.environ.get(CAPTURE_CACHE_ENV, "").strip()
+    if raw.lower() in ("off", "0", "none", "false"):
+        return None
+    if raw:
+        return Path(raw).expanduser()
+    from normlimits.core.paths import book_root
+
+    root = book_root()
+    return None if root is None else root / "_build" / BUILD_SUBDIR
+
+
+def _tensor_bytes(tensor: Tensor) -> memoryview:
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """sha256 of the configuration and every distinct parameter and buffer (names, dtypes,
+    shapes, bytes). About 1 s for GPT-2 124M on one core; tied weights are hashed once. Tensors
+    that Accelerate offloaded (on the ``meta`` device) count by name, dtype and shape only."""
+    digest = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    seen: set[tuple[int, int]] = set()
+    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+        ident = (tensor.data_ptr(), tensor.numel())
+        if ident in seen:
+            continue
+        seen.add(ident)
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\0".encode())
+        if tensor.device.type != "meta":
+            digest.update(_tensor_bytes(tensor))
+    return digest.hexdigest()
+
+
+def capture_key(loaded, corpus, length: int, count: int) -> dict:
+    """Everything the captures of ``count`` windows of ``length`` tokens depend on."""
+    from normlimits.core.cache import package_digest
+
+    model = loaded.model
+    parameter = next(model.parameters())
+    return {
+        "model": loaded.name,
+        "model_sha256": model_fingerprint(model),
+        "scales": [round(float(s), 12) for s in layer_scales(model)],
+        "device": parameter.device.type,
+        "dtype": str(parameter.dtype).removeprefix("torch."),
+        "corpus_sha256": corpus.sha256,
+        "length": int(length),
+        "count": int(count),
+        "torch": torch.__version__,
+        "transformers": metadata.version("transformers"),
+        "package": package_digest(),
+    }
+
+
+def checksum_path(path: Path) -> Path:
+    """The sidecar holding the sha256 of the entry ``path`` (``window-0000.sha256``)."""
+    return path.with_suffix(".sha256")
+
+
+def _store(path: Path, capture: WindowCapture, ids: Tensor) -> None:
+    """The entry, then its checksum (a crash between them leaves an entry without one, which is
+    recomputed, never served)."""
+    from safetensors.torch import save
+
+    tensors = {name: getattr(capture, name) for name in FIELDS}
+    cpu = {name: t.detach().to("cpu").contiguous() for name, t in {**tensors, "ids": ids}.items()}
+    data = save(cpu)
+    checksum_path(path).unlink(missing_ok=True)
+    atomic_write_bytes(path, data)
+    atomic_write_bytes(checksum_path(path), (hashlib.sha256(data).hexdigest() + "\n").encode())
+
+
+def _load(path: Path, ids: Tensor, device: torch.device) -> WindowCapture | None:
+    """The capture stored at ``path`` if its checksum verifies, it is readable and is of ``ids``;
+    else None (warned)."""
+    if not path.is_file():
+        return None
+    from safetensors.torch import load
+
+    try:
+        data = path.read_bytes()
+        recorded = checksum_path(path).read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        warnings.warn(f"capture cache: {path} has no checksum ({checksum_path(path).name} is "
+                      "missing), so its contents cannot be verified; computing that window again "
+                      "and replacing the file.", stacklevel=3)
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        warnings.warn(f"capture cache: {path} or its checksum is unreadable ({exc}); computing "
+                      "that window again and replacing the file.", stacklevel=3)
+        return None
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != recorded:
+        warnings.warn(f"capture cache: {path} is damaged: its sha256 is {actual[:16]}..., not the "
+                      f"{recorded[:16]}... recorded when it was written; it is not used. Computing "
+                      "that window again and replacing the file.", stacklevel=3)
+        return None
+    try:
+        # copied into memory of torch's own allocator (64-byte aligned), as a fresh capture is:
+        # safetensors' tensors lie in the loaded bytes at offsets that vary from load to load
+        # (16 or 48 mod 64, measured), and some CPU kernels' last bits depend on alignment
+        # (measured: a float64 batched product x @ x.mT of shape [3, 17, 9], at 8 of 15 offsets),
+        # so a reused window would not always give the bits of a computed one
+        tensors = {name: t.to(device, copy=True) for name, t in load(data).items()}
+        capture = WindowCapture(**{name: tensors[name] for name in FIELDS})
+        same = torch.equal(tensors["ids"].to(ids.device), ids)
+        shapes = capture.queries.shape[-2] == len(ids) == capture.hidden.shape[-2]
+    except Exception as exc:   # a damaged file: safetensors and torch raise various types
+        warnings.warn(f"capture cache: {path} is unreadable ({type(exc).__name__}: {exc}); "
+                      "computing that window again and replacing the file.", stacklevel=3)
+        return None
+    if not (same and shapes):
+        warnings.warn(f"capture cache: {path} holds another window than the one asked for; "
+                      "computing it again and replacing the file.", stacklevel=3)
+        return None
+    return capture
+
+
+def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None,
+          on_window: Callable[[int, bool], None] | None = None) -> Iterator[WindowCapture]:
+    """One capture per row of ``windows`` [W, L]: loaded from ``folder`` when stored there,
+    else computed (one forward pass) and stored. ``folder`` None: computed, nothing stored.
+    ``on_window(index, reused)``, if given, is told for each window whether it came from
+    ``folder`` (before the capture is yielded)."""
+    writable = folder is not None
+    if writable and key is not None:
+        try:
+            atomic_write_json(folder / KEY_FILE, key)
+        except OSError as exc:
+            warnings.warn(f"capture cache: cannot write to {folder} ({exc}); captures are computed "
+                          f"without caching. Set {CAPTURE_CACHE_ENV} to a writable folder, or off.",
+                          stacklevel=2)
+            writable = False
+    device = input_device(loaded.model)
+    for index, ids in enumerate(windows):
+        path = None if folder is None else folder / f"window-{index:04d}.safetensors"
+        capture = _load(path, ids, device) if path is not None else None
+        if capture is None:
+            capture = capture_window(loaded, ids)
+            if writable:
+                try:
+                    _store(path, capture, ids)
+                except OSError as exc:
+                    warnings.warn(f"capture cache: cannot write {path} ({exc}); continuing "
+                                  "without caching.", stacklevel=2)
+                    writable = False
+            if on_window is not None:
+                on_window(index, False)
+        elif on_window is not None:
+            on_window(index, True)
+        yield capture
+
+
+def cached_captures(loaded, corpus, length: int, count: int) -> Iterator[WindowCapture]:
+    """Captures of ``token_windows(loaded, corpus, length, count)``, one per window, in order,
+    through the shared cache (:func:`capture_cache_dir`): a drop-in replacement for
+    ``iter_captures(loaded, token_windows(loaded, corpus, length, count))`` that runs each
+    forward pass once per build. Memory-flat: one window at a time."""
+    from normlimits.model.corpus import token_windows
+
+    windows = token_windows(loaded, corpus, length, count)    # validates length and count
+    root = capture_cache_dir()
+    if root is None:
+        return serve(loaded, windows, None)
+    key = capture_key(loaded, corpus, length, count)
+    return serve(loaded, windows, root / key_digest(key), key)
+
+
+def entry_bytes(folder: Path | None = None) -> int:
+    """Disk bytes held by the capture cache (all entries)."""
+    folder = folder if folder is not None else capture_cache_dir()
+    if folder is None or not folder.is_dir():
+        return 0
+    return sum(p.stat().st_size for p in folder.rglob("*.safetensors"))

