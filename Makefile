@@ -13,7 +13,7 @@ INSTALLED := $(VENV)/.installed
 MATHJAX := book/_mathjax/mathjax/tex-mml-chtml.js
 BUILD_FLAGS := --builder html -W -n --keep-going
 
-.PHONY: help install book pdf colab test test-fast faults mutants lab bench standin browser clean distclean
+.PHONY: help install book pdf colab test test-fast test-model test-book faults mutants lab bench standin browser clean distclean
 
 help:
 	@echo "make book   - set up the environment if needed and build the book to _build/html"
@@ -84,8 +84,15 @@ colab: $(INSTALLED)
 test: $(INSTALLED) $(MATHJAX) browser
 	$(PY) -m pytest
 
+# The tiers, one folder each (tests/unit, tests/model, tests/book); `make test` runs all three.
 test-fast: $(INSTALLED)
-	$(PY) -m pytest -m "not book and not browser"
+	$(PY) -m pytest tests/unit
+
+test-model: $(INSTALLED)
+	$(PY) -m pytest tests/model
+
+test-book: $(INSTALLED) $(MATHJAX) browser
+	$(PY) -m pytest tests/book
 
 # Planted scientific faults (tools/faults.toml), each applied to a copy of src/ and run through the
 # tests and chapters that should catch it (on the cached stand-in); not part of `make test`.
@@ -93,12 +100,12 @@ faults: standin
 	$(PY) -m normlimits faults
 
 # Mutation testing (not part of `make test`: about 1 mutant a second on 2 cores, 2-3 hours for all). mutmut 3,
-# pinned here with what it pulls in, mutates the modules of [tool.mutmut] in pyproject.toml in a
+# pinned with what it pulls in by pyproject.toml's `mutants` extra, mutates the modules of [tool.mutmut] in pyproject.toml in a
 # copy under mutants/ and runs, per mutant, the fast tests that call the mutated function; then
 # src/normlimits/dev/mutants.py prints killed / survived / timeout / score per module.
 # MODULES="metrics.distances metrics.jacobian" runs (again) every mutant of those modules only; the others keep
 # their last results. MUTANT_CHILDREN sets mutmut's parallel workers.
-MUTMUT_PINS := mutmut==3.8.1 libcst==1.9.0 textual==8.2.8 setproctitle==1.3.8 coverage==7.17.5
+MUTMUT_PINS = $(shell $(PY) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['mutants']))")
 MODULES ?= metrics.normalizers metrics.distances metrics.separability metrics.separability_bounds metrics.jacobian metrics.vanishing experiments.alternatives
 MUTANT_CHILDREN ?= 1
 mutants: $(INSTALLED)

@@ -16,12 +16,32 @@ if not os.environ.get("NORMLIMITS_CORPUS") and SHARED_CORPUS.is_file():
     os.environ["NORMLIMITS_CORPUS"] = str(SHARED_CORPUS)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Unit tests first; tests that build or browse the book last (they take minutes)."""
-    def slow(item):
-        return 1 if (item.get_closest_marker("book") or item.get_closest_marker("browser")) else 0
+#: the test tiers, one folder each, in the order they run: unit (pure, seconds), model (loads or
+#: trains a model, runs the audit end to end), book (builds, browses or prints the book)
+TIERS = ("unit", "model", "book")
 
-    items.sort(key=slow)
+
+def tier_of(path: Path) -> str | None:
+    """The tier folder a test file lives in (None outside ``tests/<tier>/``)."""
+    parts = Path(path).resolve().relative_to(ROOT / "tests").parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tiers in order (unit, model, book); every test of ``tests/book`` carries the ``book`` marker,
+    and a test marked ``book`` or ``browser`` elsewhere is a collection error (so ``make test-fast``,
+    the unit folder, never builds the book)."""
+    misplaced = []
+    for item in items:
+        tier = tier_of(item.path)
+        if tier == "book":
+            item.add_marker(pytest.mark.book)
+        elif item.get_closest_marker("book") or item.get_closest_marker("browser"):
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError("tests that build or browse the book belong in tests/book: "
+                                + ", ".join(misplaced))
+    items.sort(key=lambda item: TIERS.index(tier_of(item.path) or "unit"))
 
 
 def make_tiny_gpt2(n_layer=2, n_head=4, n_embd=32, n_positions=64, vocab=300, seed=0):
@@ -96,3 +116,53 @@ def built_book():
                     + (result.stdout + result.stderr)[-6000:], pytrace=False)
     print(f"book built in {time.perf_counter() - start:.0f} s")
     return ROOT / "_build"
+
+
+@pytest.fixture(scope="module")
+def tiny_audit(tmp_path_factory):
+    """One full audit (all four yardsticks) of a tiny byte-level GPT-2: (folder, audit.json)."""
+    import json
+
+    from normlimits.audit import command as audit
+    from normlimits.model.pretrained import BYTE_TOKENIZER_FILE
+
+    if not SHARED_CORPUS.is_file():
+        pytest.skip("the shared corpus is absent")
+    root = tmp_path_factory.mktemp("report")
+    make_tiny_gpt2(n_positions=128).save_pretrained(root / "model")
+    (root / "model" / BYTE_TOKENIZER_FILE).write_text(json.dumps({"kind": "bytes"}))
+    out = root / "audit"
+    assert audit.main(["--model", str(root / "model"), "--windows", "2", "--length", "64",
+                       "--out", str(out), "--quiet"]) == 0
+    return out, json.loads((out / "audit.json").read_text())
+
+
+def audit_numbers(doc: dict) -> dict[str, list[str]]:
+    """Per claim, every number its row shows: the headline value and every criterion's value."""
+    return {r["id"]: [f"{v:.4g}" for v in [r["value"], *(c["value"] for c in r["criteria"])]
+                      if v is not None] for r in doc["rows"]}
+
+
+def audit_provenance_strings(doc: dict) -> list[str]:
+    p = doc["provenance"]
+    return [p["results_sha256"], p["windows"]["corpus_sha256"], p["command_line"],
+            *(f["sha256"] for f in p["model_source"]["files"]),
+            *(str(s) for s in p["windows"]["starts"]), p["libraries"]["torch"],
+            p["libraries"]["transformers"], p["project"]["git"], p["attention_implementation"]]
+
+
+REPOSITORY = "https://github.com/example-owner/normlimits-book"
+
+
+def book_copy(tmp_path: Path, url: str) -> Path:
+    """The book's sources (linked) under ``tmp_path/site`` with ``repository.url`` set to ``url``."""
+    import yaml
+
+    site = tmp_path / "site"
+    site.mkdir(parents=True)
+    (site / "book").symlink_to(ROOT / "book")
+    (site / "_toc.yml").symlink_to(ROOT / "_toc.yml")
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    config["repository"]["url"] = url
+    (site / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return site

@@ -348,13 +348,14 @@ def separability(captures: Iterable, config: AuditConfig, model: str) -> Measure
 def _plot_separability(result):
     import matplotlib.pyplot as plt
 
+    from normlimits.core.plotting import median_band
+
     sweep, st = result["sweep"], result["figure3"]
     grid = np.asarray(sweep.n_grid)
     per_head = sweep.fraction["values"].reshape(-1, len(grid)).numpy()
     fig, ax = plt.subplots(figsize=(6.4, 4))
-    ax.fill_between(grid, np.percentile(per_head, 10, 0), np.percentile(per_head, 90, 0),
-                    color="tab:blue", alpha=0.25, label="heads, 10th-90th percentile")
-    ax.plot(grid, st["median"], "o-", color="tab:blue", label="median head")
+    median_band(ax, grid, per_head, color="tab:blue", label="median head",
+                band_label="heads, 10th-90th percentile", alpha=0.25)
     ax.plot(grid, st["largest"], "k:", label="largest head")
     ax.plot(grid, st["bound"], "r--", lw=1, label="exponential upper bound (median)")
     ax.set(xscale="log", xlabel="N (top-N tokens)", ylabel="$N_s/N$", ylim=(0, 1.05),

@@ -5,7 +5,7 @@ budgets live in :data:`normlimits.core.protocol.CHAPTER_BUDGET_SECONDS` (one run
 cores). A chapter that replays itself on control models (:mod:`normlimits.book.replicas`) records each
 replica's seconds beside its own: each run is held to the budget separately, as each is one
 execution of the chapter. ``make book`` prints this table after every build;
-``tests/test_book_build.py`` fails a chapter whose own run or any replica took more than twice
+``tests/book/test_book_build.py`` fails a chapter whose own run or any replica took more than twice
 its budget.
 """
 

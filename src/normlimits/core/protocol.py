@@ -7,7 +7,7 @@ where it comes from:
 - **paper**: stated by the paper (section, algorithm, figure caption or Table 1);
 - **book**: the paper leaves it open and this book chose it (the reason is given).
 
-``tests/test_protocol.py`` holds the paper-stated values against the paper's text as the
+``tests/unit/test_protocol.py`` holds the paper-stated values against the paper's text as the
 book's notation page quotes it, so a constant cannot drift silently.
 """
 
@@ -319,7 +319,7 @@ PAPER_TABLE1: dict[str, PaperTime] = {
 #: book: each chapter's execution budget in seconds for one run on 2 cores, on the model it runs
 #: on (SmolLM2-135M offline for the model chapters, the stand-in for alternatives and cost); a
 #: replica on a control model is a second run, held to the same budget on its own (a run over twice
-#: its budget fails tests/test_book_build.py; normlimits.book.timings)
+#: its budget fails tests/book/test_book_build.py; normlimits.book.timings)
 CHAPTER_BUDGET_SECONDS: dict[str, float] = {
     "setup": 30.0,
     "standin": 30.0,

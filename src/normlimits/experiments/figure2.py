@@ -17,6 +17,7 @@ import torch
 
 from normlimits.metrics import distances as D
 from normlimits.core.fits import loglog_fit
+from normlimits.core.plotting import median_band
 from normlimits.core.protocol import FIXED_N
 from normlimits.metrics.readings import row_statistics
 from normlimits.metrics.token_means import PositionStudy
@@ -253,12 +254,6 @@ def subsample_error(exact: PositionStudy, sampled: PositionStudy, form: str = "s
 COLORS = {"true": "tab:green", "mc": "tab:blue", "main": "tab:cyan", "bound": "tab:red"}
 
 
-def _band(ax, x, values, color, label, marker="o", ls="-"):
-    """Median over heads (line) and 10th-90th percentile (band); values [heads, len(x)]."""
-    v = np.asarray(values)
-    ax.plot(x, np.median(v, 0), color=color, marker=marker, ls=ls, label=label, ms=4)
-    ax.fill_between(x, np.percentile(v, 10, 0), np.percentile(v, 90, 0), color=color, alpha=0.15)
-
 
 def _over_lengths(study, form, statistic, column, aggregate="paper") -> np.ndarray:
     return np.stack([_per_head(study, form, statistic, L, aggregate)[:, column]
@@ -275,12 +270,13 @@ def plot_fig2a(study: PositionStudy, sweep_a, *, form: str = "scaled", n: int = 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 7.6), sharey=True)
     for s, label, marker in (("true", r"true $\tilde d$", "o"), ("mc", r"$\mathbb{E}\tilde d$ (Monte Carlo)", "s"),
                              ("main", r"main sum (lower bound on $\mathbb{E}$)", "")):
-        _band(ax1, x, _over_lengths(study, form, s, j), COLORS[s], label, marker)
+        median_band(ax1, x, _over_lengths(study, form, s, j), color=COLORS[s], label=label, marker=marker)
     heads = sweep_a.true.shape[0] * sweep_a.true.shape[1]
     lens = sweep_a.lengths.tolist()
     for s, key, marker in (("true", "true", "o"), ("main", "expected_main", ""), ("bound", "bound_linear", "^")):
-        _band(ax2, lens, getattr(sweep_a, key).reshape(heads, -1).numpy(), COLORS[s],
-              {"true": r"true $\tilde d$", "main": "main sum", "bound": "fixed-set bound"}[s], marker)
+        median_band(ax2, lens, getattr(sweep_a, key).reshape(heads, -1).numpy(), color=COLORS[s],
+                    label={"true": r"true $\tilde d$", "main": "main sum", "bound": "fixed-set bound"}[s],
+                    marker=marker)
     ax1.set(title=f"every query position (paper), N = {n}", ylabel="distance (units of x)")
     ax2.set(title=f"last row only (variant), N = {n}")
     for ax in (ax1, ax2):
@@ -300,7 +296,7 @@ def plot_fig2b(study: PositionStudy, *, form: str = "scaled", critical: int | No
     fig, ax = plt.subplots(figsize=(7.2, 4.2))
     for s, label in (("true", r"true $\tilde d$"), ("mc", r"$\mathbb{E}\tilde d$ (Monte Carlo)"),
                      ("main", "main sum")):
-        _band(ax, grid, _per_head(study, form, s, L), COLORS[s], label, marker="")
+        median_band(ax, grid, _per_head(study, form, s, L), color=COLORS[s], label=label, marker="")
     if "norm_of_sum" in study.means:
         ax.plot(grid, np.median(_per_head(study, "norm_of_sum", "true", L), 0), color="0.4", lw=1,
                 label="norm-of-sum reading")

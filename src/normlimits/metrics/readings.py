@@ -37,7 +37,7 @@ of ``{y_j : j != i}``) and ``sigma2`` that of all ``y_j``:
 * norm of sum: ``main = |1 - 2N/L| ||T||``,
   ``rms = sqrt((1 - 2N/L)^2 ||T||^2 + 4 N (L-N)/(L-1) sigma2)``.
 
-(``normlimits.theory.distances.reading_expectations`` derives both; ``tests/test_readings.py``
+(``normlimits.theory.distances.reading_expectations`` derives both; ``tests/unit/test_readings.py``
 checks them against enumeration of every subset.) A row with ``N >= L`` has no key left outside:
 every key is selected, which gives 0 for the family and ``||T||`` for the norm of the sum, in
 every statistic. Causal rows at positions ``t <= N - 1`` are such rows.

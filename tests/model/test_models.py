@@ -41,7 +41,7 @@ def test_missing_directory(tmp_path):
 
 
 def test_a_family_with_alibi_is_refused_naming_it(tmp_path):
-    """Families other than GPT-2 load (tests/test_capture_families.py); one whose logits carry
+    """Families other than GPT-2 load (tests/unit/test_capture_families.py); one whose logits carry
     ALiBi biases is refused, naming the setting and what is not supported."""
     from transformers import BloomConfig, BloomForCausalLM
 

@@ -16,7 +16,7 @@ from conftest import SHARED_CORPUS, make_tiny_gpt2
 from normlimits.audit import provenance as P
 from normlimits.model.pretrained import BYTE_TOKENIZER_FILE, LoadedModel, byte_encode
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sha(path: Path) -> str:

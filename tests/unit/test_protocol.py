@@ -9,7 +9,7 @@ import pytest
 
 from normlimits.core import protocol as P
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAPER_DIGEST = ROOT.parent / "shared" / "spec" / "paper.md"
 
 #: The paper's words each constant comes from (quoted from the digest of the paper the project

@@ -84,3 +84,21 @@ def install_figure_check() -> bool:
     formatter = shell.display_formatter.formatters["image/png"]
     formatter.for_type(Figure, checked_png)
     return True
+
+
+def median_band(ax, x, values, *, label: str | None = None, band_label: str | None = None,
+                color=None, marker: str = "o", ls: str = "-", ms: float = 4, alpha: float = 0.15):
+    """The book's summary of many curves on one axis: their median (a line) and their 10th to
+    90th percentile (a band of the line's colour).
+
+    ``values``: [..., len(x)], every leading index one curve (heads, or windows and heads, are
+    pooled). ``label`` names the line in the legend, ``band_label`` the band (None: unlabelled).
+    Returns the median's ``Line2D``.
+    """
+    import numpy as np
+
+    curves = np.asarray(values, dtype=float).reshape(-1, len(x))
+    (line,) = ax.plot(x, np.median(curves, 0), color=color, marker=marker, ls=ls, ms=ms, label=label)
+    ax.fill_between(x, np.percentile(curves, 10, 0), np.percentile(curves, 90, 0),
+                    color=line.get_color(), alpha=alpha, lw=0, label=band_label)
+    return line

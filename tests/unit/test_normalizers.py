@@ -90,7 +90,7 @@ def test_registry_order_and_lookup():
 def test_registry_entries_cite_the_bibliography():
     from pathlib import Path
 
-    bib = (Path(__file__).resolve().parents[1] / "book" / "references.bib").read_text()
+    bib = (Path(__file__).resolve().parents[2] / "book" / "references.bib").read_text()
     for nz in NORMALIZERS.values():
         assert "{" + nz.cite + "," in bib, nz.cite
         assert nz.formula and nz.label
@@ -551,7 +551,7 @@ def test_ssmax_gamma_entries_are_ssmax_with_the_scale_bound_in():
     assert (nz.sums_to_one, nz.sparse, nz.length_aware) == (ssmax.sums_to_one, ssmax.sparse, ssmax.length_aware)
     assert nz.key == "ssmax-g0.5" and nz.label == "SSMax, gamma=0.5" and nz.options == {"s": 0.5}
     assert nz.formula.startswith(r"\mathrm{softmax}(\gamma\log n")
-    bib = (Path(__file__).resolve().parents[1] / "book" / "references.bib").read_text()
+    bib = (Path(__file__).resolve().parents[2] / "book" / "references.bib").read_text()
     assert "{" + nz.cite + "," in bib
     logits = torch.randn(3, 7, dtype=torch.float64)
     torch.testing.assert_close(nz(logits), torch.softmax(0.5 * math.log(7) * logits, -1))
@@ -635,5 +635,5 @@ def test_sink_normalizer_entries_are_softmax_one_with_b():
     nz, one = N.sink_normalizer(0.0), NORMALIZERS["softmax1"]
     assert (nz.sums_to_one, nz.sparse, nz.length_aware) == (one.sums_to_one, one.sparse, one.length_aware)
     assert nz.formula.startswith(r"\frac{e^{z_i}}{e^{b}")
-    bib = (Path(__file__).resolve().parents[1] / "book" / "references.bib").read_text()
+    bib = (Path(__file__).resolve().parents[2] / "book" / "references.bib").read_text()
     assert "{" + nz.cite + "," in bib

@@ -25,7 +25,7 @@ from normlimits.book.pages import notebook_pages
 
 pytestmark = pytest.mark.book
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WINDOWS = "2"
 MODEL = "standin"
 CELL_TIMEOUT = 1500

@@ -270,7 +270,7 @@ def test_finite_difference_matches_a_loop_reference():
         for k, e in enumerate(epss):
             for h in range(2):
                 for r in range(3):
-                    # brute force in mpmath (tests/test_edges.py): the two-softmax difference
+                    # brute force in mpmath (tests/unit/test_edges.py): the two-softmax difference
                     # in float64 loses the top weight's change on rows like [h=1, r=1] at T = 0.01
                     ref = exact_g(logits[h, r].double(), v[h, r], t, e)
                     assert float(g[i, k, h, r]) == pytest.approx(ref, rel=1e-12, abs=1e-300)

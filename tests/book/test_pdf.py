@@ -22,7 +22,7 @@ import pytest
 
 pytestmark = [pytest.mark.book, pytest.mark.browser]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RAW_TEX = re.compile(r"\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\$[^$\s][^$\n]{0,80}\$|\{glue")
 MATH_FAMILY = "Times"  # poppler's name for the Type 3 fonts Chromium embeds MathJax's glyphs as
 NUMBERED = re.compile(r"\b(Theorem|Lemma|Corollary|Proposition) \d+(\.\d+)*\b")

@@ -10,7 +10,7 @@ import pytest
 
 from normlimits.dev import mutants
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # What mutmut 3 writes for a module with one function: the original and its mutants side by side.
 MUTATED_SOURCE = '''
@@ -148,7 +148,8 @@ def test_every_listed_equivalent_mutant_names_a_mutated_module_and_a_reason():
 
 def test_mutmut_is_pinned_and_its_folders_are_ignored():
     make = (ROOT / "Makefile").read_text()
-    assert "mutmut==3." in make and "\nmutants:" in make
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["mutants"]
+    assert "mutmut==3.8.1" in pins and "'3.8.1'" in make and "['mutants']" in make and "\nmutants:" in make
     default = next(line for line in make.splitlines() if line.startswith("MODULES ?="))
     mutated = {p.removeprefix("src/normlimits/").removesuffix(".py").replace("/", ".")
                for p in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]}

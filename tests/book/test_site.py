@@ -35,7 +35,7 @@ from normlimits.book.pages import is_notebook
 
 pytestmark = [pytest.mark.book, pytest.mark.browser]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SITE_ENV = "NORMLIMITS_SITE_BUILD"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -1,5 +1,5 @@
 """Device and dtype settings: the CPU path fully; a CUDA path where a GPU is present (marked
-``cuda``, skipped elsewhere). Bad values are in tests/test_bad_inputs.py."""
+``cuda``, skipped elsewhere). Bad values are in tests/unit/test_bad_inputs.py."""
 
 from __future__ import annotations
 

@@ -196,7 +196,7 @@ def test_alternatives_claims_are_generated_per_normaliser_and_yardstick():
 
 def test_model_labels_and_the_papers_model():
     """short_model drops the parameter count; only the model setting gpt2 is the paper's model
-    (the Verdicts page's layout is tested in tests/test_verdicts_page.py)."""
+    (the Verdicts page's layout is tested in tests/unit/test_verdicts_page.py)."""
     from normlimits.book.sphinx_ledger import on_paper_model, short_model
 
     assert short_model("gpt2 (default) (124.4M params)") == "gpt2 (default)"

@@ -391,7 +391,7 @@ def test_python_dash_m_and_the_console_script_are_declared():
     import sys
     import tomllib
 
-    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["normlimits"] == "normlimits.__main__:main"
     done = subprocess.run([sys.executable, "-m", "normlimits", "audit", "--help"], capture_output=True,
                           text=True, timeout=300)
