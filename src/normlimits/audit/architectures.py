@@ -27,6 +27,10 @@ import torch
 from normlimits.core.protocol import MAX_LENGTH
 from normlimits.core.settings import SettingError
 from normlimits.model.pretrained import positions_of
+from normlimits.audit.compare import plot_overlay, statistics_frame, verdict_frame
+from normlimits.audit.yardsticks import AuditConfig
+from normlimits.model.capture_cache import cached_captures
+from normlimits.model.corpus import token_windows
 
 __all__ = ["ARCHITECTURES_ENV", "OFFLINE_MODELS", "ONLINE_MODELS", "YARDSTICK_CLAIMS", "Skipped",
            "Surveyed", "model_names", "survey", "comparison_table",
@@ -129,9 +133,6 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
     model whose loader raises (an unknown id, not available offline, an unsupported family, a
     damaged folder) yields a :class:`Skipped` with the message."""
     from normlimits.audit.command import GLOBAL_SEED, model_label, run_audit
-    from normlimits.model.capture_cache import cached_captures
-    from normlimits.model.corpus import token_windows
-    from normlimits.audit.yardsticks import AuditConfig
 
     load = loader or _default_loader
     for name in names:
@@ -167,8 +168,6 @@ def holds(verdict: str) -> str:
 def comparison_table(results: Sequence[Surveyed]) -> pd.DataFrame:
     """One column per model: architecture, size, and the headline statistic of each yardstick
     (:func:`normlimits.audit.compare.statistics_frame`, the table ``normlimits compare`` shows)."""
-    from normlimits.audit.compare import statistics_frame
-
     results = list(results)
     return statistics_frame([r.document() for r in results], [r.name for r in results])
 
@@ -176,8 +175,6 @@ def comparison_table(results: Sequence[Surveyed]) -> pd.DataFrame:
 def verdict_table(results: Sequence[Surveyed]) -> pd.DataFrame:
     """Claims x models: each cell the verdict by the registered rule and what it says of the limit
     (:func:`normlimits.audit.compare.verdict_frame`)."""
-    from normlimits.audit.compare import verdict_frame
-
     results = list(results)
     table = verdict_frame([r.document() for r in results], [r.name for r in results],
                           cell=lambda row: f"{row['verdict']}: {holds(row['verdict'])}")
@@ -189,8 +186,6 @@ def plot_yardstick(results: Sequence[Surveyed], yardstick: str, ax=None):
     """Every surveyed model's headline curve for ``yardstick`` on ``ax`` (default: a new figure),
     as ``normlimits compare`` overlays audits (:func:`normlimits.audit.compare.plot_overlay`); returns
     the figure."""
-    from normlimits.audit.compare import plot_overlay
-
     results = list(results)
     return plot_overlay([r.document() for r in results],
                         [f"{r.name} ({r.positions})" for r in results], yardstick, ax=ax)

@@ -56,9 +56,23 @@ from typing import Sequence
 
 import torch
 
-from normlimits.audit.report import report_markdown
+from normlimits.audit.report import FIGURE_CAPTIONS, report_html, report_markdown
 from normlimits.core.protocol import MAX_LENGTH
 from normlimits.audit.yardsticks import CRITICAL_PROTOCOLS, MIN_LENGTH, YARDSTICKS, AuditConfig
+from normlimits.audit import provenance as P
+from normlimits.audit.figure_files import inline_svg, render
+from normlimits.audit.resume import Resume
+from normlimits.claims.ledger import validate_row
+from normlimits.claims.schema import SCHEMA_VERSION, validate
+from normlimits.core.devices import resolve_device, resolve_dtype
+from normlimits.core.outputs import check_target_text, FolderOutput, OutputError
+from normlimits.core.paths import public_text
+from normlimits.core.settings import configure_torch, SettingError
+from normlimits.core.streaming import Lockstep
+from normlimits.model.capture_cache import capture_key
+from normlimits.model.corpus import corpus_label, load_corpus, token_windows
+from normlimits.model.errors import ModelError
+from normlimits.model.pretrained import positions_of
 
 __all__ = ["AuditError", "main", "run_audit", "parser", "write_outputs", "report_markdown",
            "model_block", "GLOBAL_SEED"]
@@ -149,9 +163,6 @@ def _as_option(message: str, value: str | None, option: str) -> str:
 
 
 def _placement(device: str | None, dtype: str | None):
-    from normlimits.core.devices import resolve_device, resolve_dtype
-    from normlimits.core.settings import SettingError
-
     try:
         where, _ = resolve_device(device)
     except SettingError as exc:
@@ -166,10 +177,7 @@ def _placement(device: str | None, dtype: str | None):
 
 def _load(args):
     """Model, corpus and windows, every failure an :class:`AuditError` naming the option."""
-    from normlimits.model.corpus import load_corpus, token_windows
-    from normlimits.model.errors import ModelError
     from normlimits.model.load import load_model
-    from normlimits.core.settings import SettingError
 
     _placement(args.device, args.dtype)
     try:
@@ -205,8 +213,6 @@ def _on_cpu(capture):
 
 def model_label(loaded) -> str:
     """The model as the rows name it, e.g. ``gpt2-random (124.4M params)``."""
-    from normlimits.core.paths import public_text
-
     n = int(loaded.n_params)
     size = f"{n / 1e6:.1f}M" if n >= 100_000 else f"{n:,}"
     return public_text(f"{loaded.name} ({size} params)")
@@ -222,7 +228,6 @@ def run_audit(loaded, windows: torch.Tensor, config: AuditConfig, *,
     progress (no per-window line is said here then).
     Returns ``{"measured": {name: Measured}, "timings": {...}}``.
     """
-    from normlimits.core.streaming import Lockstep
     from normlimits.model.capture import capture_window
 
     names = list(yardsticks or YARDSTICKS)
@@ -260,10 +265,6 @@ def write_outputs(out, doc: dict, figures: dict[str, dict[str, bytes]]) -> dict[
     into ``out``, a :class:`~normlimits.core.outputs.FolderOutput` (committed here), or a folder path
     (opened here, refused if it holds anything but an earlier, unchanged audit). Returns the
     final paths."""
-    from normlimits.audit.report import FIGURE_CAPTIONS, report_html
-    from normlimits.audit.figure_files import inline_svg
-    from normlimits.core.outputs import FolderOutput
-
     output = out if isinstance(out, FolderOutput) else FolderOutput(Path(out), tool=PROG)
     with output:
         paths = {}
@@ -284,8 +285,6 @@ def write_outputs(out, doc: dict, figures: dict[str, dict[str, bytes]]) -> dict[
 def _prepare_out(out, force: bool = False):
     """The output transaction for ``--out``: refused now (before any computing) when the folder
     cannot be written, holds the user's files, or another audit is writing it."""
-    from normlimits.core.outputs import FolderOutput, OutputError, check_target_text
-
     try:
         return FolderOutput(check_target_text(out, "--out"), tool=PROG, option="--out",
                             force=force)
@@ -311,8 +310,6 @@ def audit(args, argv: Sequence[str] | None = None) -> dict:
 def model_block(loaded) -> dict:
     """The ``model`` block of ``audit.json``: what the model is (label, name, where it came from,
     family, positions, size and shape, tokenizer, whether it is the paper's GPT-2 124M, notes)."""
-    from normlimits.model.pretrained import positions_of
-
     return {"label": model_label(loaded), "name": loaded.name, "source": loaded.source,
             "family": loaded.family, "positions": positions_of(loaded.model.config),
             "n_params": int(loaded.n_params), "layers": int(loaded.n_layers),
@@ -324,8 +321,6 @@ def model_block(loaded) -> dict:
 
 def _provenance(argv, loaded, corpus, config: AuditConfig, count: int, started: str,
                 resume, timings: dict, rows: list[dict]) -> dict:
-    from normlimits.audit import provenance as P
-
     seeds = {"torch_global": GLOBAL_SEED, **config.seeds()}
     return {**P.command_info(argv, PROG), "started": started, "project": P.project_version(),
             **P.environment(), **P.placement_info(loaded), "torch_threads": torch.get_num_threads(),
@@ -335,14 +330,6 @@ def _provenance(argv, loaded, corpus, config: AuditConfig, count: int, started: 
 
 
 def _audit(args, output, start: float, say, argv: list[str]) -> dict:
-    from normlimits.audit.resume import Resume
-    from normlimits.model.corpus import corpus_label
-    from normlimits.model.capture_cache import capture_key
-    from normlimits.audit.figure_files import render
-    from normlimits.claims.ledger import validate_row
-    from normlimits.claims.schema import SCHEMA_VERSION, validate
-    from normlimits.core.settings import configure_torch
-
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     configure_torch()
     torch.manual_seed(GLOBAL_SEED)

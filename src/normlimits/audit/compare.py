@@ -34,6 +34,11 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+from normlimits.audit.figure_files import inline_svg, render
+from normlimits.audit.html_page import esc, number, page, table, value_text
+from normlimits.audit.report import honesty_line
+from normlimits.claims.schema import read_document, SCHEMA_VERSION, SchemaError, validate
+from normlimits.core.outputs import check_target_text, FolderOutput, OutputError, read_manifest
 
 __all__ = ["PROG", "CompareError", "FACTS", "STATISTICS", "CURVE_AXES", "load_audit", "column_names",
            "claim_rows", "statistics_frame", "verdict_frame", "settings_rows", "curve",
@@ -81,9 +86,6 @@ def load_audit(path: Path) -> tuple[dict, Path, bool]:
     """The audit document of ``path`` (an audit folder or its ``audit.json``), validated against
     its schema; returns (document, the file read, whether its folder's manifest vouched for it).
     A file whose bytes differ from the sha256 its manifest recorded is refused."""
-    from normlimits.core.outputs import read_manifest
-    from normlimits.claims.schema import SchemaError, read_document
-
     path = Path(path)
     file = path / "audit.json" if path.is_dir() else path
     remedy = "Pass a folder written by normlimits audit (or its audit.json)."
@@ -256,8 +258,6 @@ def plot_overlay(docs: Sequence[Mapping], labels: Sequence[str], yardstick: str,
 def comparison(docs: Sequence[Mapping], names: Sequence[str], files: Sequence[Path],
                verified: Sequence[bool]) -> dict:
     """The ``compare.json`` document (figures not yet listed)."""
-    from normlimits.claims.schema import SCHEMA_VERSION
-
     claims = []
     for cid, per in claim_rows(docs).items():
         graded = [r for r in per if r is not None]
@@ -284,9 +284,6 @@ def _shown(value) -> str:
 
 def compare_html(result: Mapping, docs: Sequence[Mapping], svgs: Mapping[str, str]) -> str:
     """The self-contained ``compare.html`` of a comparison (``svgs``: yardstick -> inline SVG)."""
-    from normlimits.audit.report import honesty_line
-    from normlimits.audit.html_page import esc, number, page, table, value_text
-
     names = [a["name"] for a in result["audits"]]
     parts = [f"<h1>Comparison of {len(docs)} audits</h1>"]
     identical = ("The results are identical: every audit has the same results sha256."
@@ -359,10 +356,6 @@ def run(paths: Sequence[Path], out: Path, *, force: bool = False) -> dict:
     :class:`normlimits.core.outputs.OutputError` (an output that cannot be written)."""
     import matplotlib
 
-    from normlimits.audit.figure_files import inline_svg, render
-    from normlimits.core.outputs import FolderOutput, check_target_text
-    from normlimits.claims.schema import validate
-
     matplotlib.use("Agg")
     if len(paths) < 2:
         raise CompareError(f"got {len(paths)} audit folder; pass two or more AUDIT_DIR to compare")
@@ -389,8 +382,6 @@ def run(paths: Sequence[Path], out: Path, *, force: bool = False) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``normlimits compare AUDIT_DIR AUDIT_DIR ... --out DIR``; 2 on a bad argument."""
-    from normlimits.core.outputs import OutputError
-
     p = parser()
     args = p.parse_args(argv)
     try:

@@ -25,6 +25,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from normlimits.core.cache import file_sha256
+from normlimits.model.capture import input_device
+from normlimits.model.corpus import corpus_tokens, window_starts
+from normlimits.model.gguf import smollm2_path
+from normlimits.model.load import (
+    GPT2_RANDOM, RANDOM_WEIGHTS_SEED, REAL_OFFLINE, STANDIN, STANDIN_ROPE)
+from normlimits.model.pretrained import _weight_files
 
 __all__ = ["canonical_json", "results_sha256", "project_version", "library_versions",
            "placement_info", "model_source", "tokenizer_info", "window_positions", "command_info",
@@ -110,8 +117,6 @@ def placement_info(loaded) -> dict:
     """Where the forward passes ran: ``device`` (of the model's inputs, e.g. ``cuda:0``),
     ``device_name`` (the accelerator's, None on the CPU), ``device_map``, ``dtype`` and the
     ``attention_implementation`` transformers used."""
-    from normlimits.model.capture import input_device
-
     device = input_device(loaded.model)
     name = None
     if device.type == "cuda":
@@ -128,15 +133,11 @@ def placement_info(loaded) -> dict:
 
 
 def _files(paths: Sequence[Path]) -> list[dict]:
-    from normlimits.core.cache import file_sha256
-
     return [{"name": str(p), "bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in paths]
 
 
 def _folder_files(folder: Path) -> list[Path]:
     """The files that make a ``save_pretrained`` model: its configuration and weight files."""
-    from normlimits.model.pretrained import _weight_files
-
     config = [folder / "config.json"] if (folder / "config.json").is_file() else []
     return config + _weight_files(folder)
 
@@ -159,16 +160,11 @@ def model_source(loaded, hub_cache: Path | None = None) -> dict:
     read), ``hub_id`` and ``revision`` (the hub commit), ``gguf`` (the GGUF file with its sha256;
     ``files`` are then its float32 conversion) or ``init_seed`` (random weights). ``hub_cache``:
     the Hugging Face cache a hub model was read from (default: the hub client's own)."""
-    from normlimits.model.load import (
-        GPT2_RANDOM, RANDOM_WEIGHTS_SEED, REAL_OFFLINE, STANDIN, STANDIN_ROPE)
-
     setting = str(loaded.name)
     read_from = Path(str(getattr(loaded.model, "name_or_path", "") or ""))
     if setting == GPT2_RANDOM:
         return {"kind": "random", "setting": setting, "init_seed": RANDOM_WEIGHTS_SEED, "files": []}
     if setting == REAL_OFFLINE or setting.lower().endswith(".gguf"):
-        from normlimits.model.gguf import smollm2_path
-
         gguf = smollm2_path() if setting == REAL_OFFLINE else Path(setting).expanduser().resolve()
         return {"kind": "gguf", "setting": setting, "gguf": _files([gguf])[0],
                 "path": str(read_from.resolve()), "files": _files(_folder_files(read_from))}
@@ -208,8 +204,6 @@ def window_positions(loaded, corpus, length: int, count: int) -> dict:
     """Where the windows were cut: the corpus's sha256, its length in the model's tokens, the
     window length and each window's first token (offsets into the tokenised corpus, as
     :func:`normlimits.model.corpus.token_windows` cuts them)."""
-    from normlimits.model.corpus import corpus_tokens, window_starts
-
     n_tokens = len(corpus_tokens(loaded, corpus))
     starts = window_starts(n_tokens, int(length), int(count))
     return {"corpus_sha256": corpus.sha256, "corpus_tokens": int(n_tokens), "length": int(length),

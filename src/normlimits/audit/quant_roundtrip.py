@@ -48,6 +48,13 @@ from typing import Callable
 
 import numpy as np
 import torch
+from normlimits.audit.architectures import Skipped, survey
+from normlimits.claims.rules import Rule
+from normlimits.core.cache import package_digest
+from normlimits.core.protocol import MAX_LENGTH
+from normlimits.model import heldout
+from normlimits.model.capture_cache import model_fingerprint
+from normlimits.model.gguf import smollm2_path
 
 __all__ = ["TypePlan", "TensorType", "RoundTripError", "gguf_tensor_types", "reference_plan", "tensor_types",
            "round_trip_weights", "round_trip_model", "weight_error_table", "compare", "study_key",
@@ -184,8 +191,6 @@ def reference_plan(path: Path | None = None) -> TypePlan:
     embedding; :class:`~normlimits.model.gguf.GGUFError` when the shipped file is not installed.
     """
     if path is None:
-        from normlimits.model.gguf import smollm2_path
-
         path = smollm2_path()
     path = Path(path)
     matrices, vectors, named = set(), set(), {}
@@ -368,10 +373,6 @@ def compare(loaded, corpus, window_count: int, plan: TypePlan, *,
     bytes), ``weights`` (the error records), ``length``, ``windows`` and ``seconds`` (wall time of
     the round trip, of each copy's yardsticks and in all; ``cpu_total``: CPU seconds of every
     thread, which a machine's load does not inflate)."""
-    from normlimits.model import heldout
-    from normlimits.audit.architectures import Skipped, survey
-    from normlimits.core.protocol import MAX_LENGTH
-
     started, cpu_started = time.perf_counter(), time.process_time()
     rounded, records = round_trip_model(loaded, plan)
     round_trip_seconds = time.perf_counter() - started
@@ -405,10 +406,6 @@ def compare(loaded, corpus, window_count: int, plan: TypePlan, *,
 def study_key(loaded, corpus, window_count: int, plan: TypePlan, *, texts: int = HELD_OUT_TEXTS,
               max_length: int | None = None) -> dict:
     """Everything :func:`compare`'s result depends on (its cache file is named by the digest)."""
-    from normlimits.model.capture_cache import model_fingerprint
-    from normlimits.core.cache import package_digest
-    from normlimits.core.protocol import MAX_LENGTH
-
     return {"format": RESULT_FORMAT, "model": loaded.name,
             "model_sha256": model_fingerprint(loaded.model), "plan": plan.describe(),
             "corpus_sha256": corpus.sha256, "windows": int(window_count),
@@ -468,8 +465,6 @@ def statistic_table(result: dict):
     measured), ``margin`` (the original's distance to the threshold's edge), ``passed`` on each,
     and each copy's verdict of the claim. A pandas DataFrame indexed by (claim, criterion key)."""
     import pandas as pd
-
-    from normlimits.claims.rules import Rule
 
     original, rounded = result["rows"]["original"], result["rows"]["rounded"]
     if [r["id"] for r in original] != [r["id"] for r in rounded]:

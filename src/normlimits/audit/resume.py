@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from torch import Tensor
+from normlimits.core.cache import key_digest
+from normlimits.model.capture_cache import serve
 
 __all__ = ["RESUME_INFIX", "Resume", "resume_dir"]
 
@@ -40,8 +42,6 @@ RESUME_INFIX = ".resume-"
 
 def resume_dir(target: Path, key: dict) -> Path:
     """The resume folder of the output folder ``target`` for captures of ``key``."""
-    from normlimits.core.cache import key_digest
-
     target = Path(target)
     return target.parent / f".{target.name}{RESUME_INFIX}{key_digest(key)}"
 
@@ -84,8 +84,6 @@ class Resume:
     def captures(self, loaded, windows: Tensor, names: str = "") -> Iterator:
         """One capture per row of ``windows`` [W, L], each from the cache or a forward pass;
         ``names`` (the yardsticks) goes into the progress lines."""
-        from normlimits.model.capture_cache import serve
-
         count = len(windows)
 
         def told(index: int, reused: bool) -> None:

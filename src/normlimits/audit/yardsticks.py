@@ -37,6 +37,16 @@ import torch
 
 from normlimits.core import protocol
 from normlimits.core.protocol import half_octave_grid, length_grid
+from normlimits.claims import make_row
+from normlimits.core.plotting import median_band
+from normlimits.experiments import figure4 as F4, reading_table as RT, separability_curves as SC
+from normlimits.experiments.figure2 import plot_fig2c
+from normlimits.experiments.figure4 import plot_figure4
+from normlimits.experiments.separability_sweep import separability_sweep
+from normlimits.metrics import critical_n as C, jacobian as J, vanishing as V
+from normlimits.metrics.jacobian import default_rows, default_temperatures
+from normlimits.metrics.separability import spaced_rows
+from normlimits.metrics.token_means import position_study
 
 __all__ = ["AuditConfig", "Measured", "YARDSTICKS", "CRITICAL_PROTOCOLS", "critical_reading",
            "vanishing", "critical_n", "separability",
@@ -118,19 +128,13 @@ class AuditConfig:
         return [n for n in self.separability_n if n <= self.length - 1]
 
     def separability_positions(self):
-        from normlimits.metrics.separability import spaced_rows
-
         return None if self.separability_rows is None else spaced_rows(self.length,
                                                                        self.separability_rows)
 
     def query_rows(self) -> torch.Tensor:
-        from normlimits.metrics.jacobian import default_rows
-
         return torch.as_tensor(default_rows(self.length, self.jacobian_rows), dtype=torch.long)
 
     def temperatures(self) -> torch.Tensor:
-        from normlimits.metrics.jacobian import default_temperatures
-
         return default_temperatures(per_decade=self.temperatures_per_decade)
 
     def seeds(self) -> dict[str, int]:
@@ -173,8 +177,6 @@ def _f(x) -> float | None:
 
 
 def _row(claim_id: str, values: dict, measured: str, model: str, **kw) -> dict:
-    from normlimits.claims import make_row
-
     missing = [k for k, v in values.items() if v is None or (isinstance(v, float) and np.isnan(v))]
     reason = (f"{', '.join(missing)} could not be computed on this model and grid" if missing
               else None)
@@ -184,8 +186,6 @@ def _row(claim_id: str, values: dict, measured: str, model: str, **kw) -> dict:
 # ------------------------------------------------------------------------------ vanishing weights
 def vanishing(captures: Iterable, config: AuditConfig, model: str) -> Measured:
     """NU and C1 from the length sweep of book/vanishing.md (T = 1, the model's own logits)."""
-    from normlimits.metrics import vanishing as V
-
     lengths = config.vanishing_lengths
     stats, parity = V.sweep_captures(captures, lengths, 1.0)
     heads = V.head_summary(stats)
@@ -244,10 +244,6 @@ def _plot_vanishing(result):
 # ------------------------------------------------------------------------------ critical N
 def critical_n(captures: Iterable, config: AuditConfig, model: str) -> Measured:
     """F2c (and F2a) on the book's primary reading under the paper's protocol."""
-    from normlimits.metrics import critical_n as C
-    from normlimits.experiments import reading_table as RT
-    from normlimits.metrics.token_means import position_study
-
     lengths = config.critical_lengths
     paper = config.critical_protocol == "paper"
     study = position_study(captures, lengths, C.critical_grid(config.length),
@@ -286,8 +282,6 @@ POLICY = ("graded on the book's primary reading, as the distances and architectu
 def _critical_words(lengths):
     """The audit's phrase for one reading's F2c/F2a numbers (``reading_table.gradings``' words)."""
     def words(row, claim_id, paper_model):
-        from normlimits.experiments import reading_table as RT
-
         v = RT.claim_values(row, claim_id, paper_model)
         if claim_id == "F2c":
             return (f"critical N/L {v['fraction']:.3f} at L = {lengths[-1]} (1: none below L); "
@@ -301,8 +295,6 @@ def _critical_words(lengths):
 def critical_reading(critical_protocol: str = "paper"):
     """The reading of the distances chapter's table a critical-N protocol grades on: the book's
     primary reading for ``"paper"``, the last row against the main sum for ``"last_row"``."""
-    from normlimits.experiments import reading_table as RT
-
     tried = RT.readings_tried()
     if critical_protocol == "paper":
         return tried[0]
@@ -311,8 +303,6 @@ def critical_reading(critical_protocol: str = "paper"):
 
 
 def _plot_critical_n(result):
-    from normlimits.experiments.figure2 import plot_fig2c
-
     return plot_fig2c({"paper protocol": result["row"].search}, alpha=protocol.KS_ALPHA_TEXT,
                       fraction=protocol.CRITICAL_FRACTION)
 
@@ -320,9 +310,6 @@ def _plot_critical_n(result):
 # ------------------------------------------------------------------------------ separability
 def separability(captures: Iterable, config: AuditConfig, model: str) -> Measured:
     """F3 from N_s/N on value vectors on the unit sphere (Figure 3's workload)."""
-    from normlimits.experiments import separability_curves as SC
-    from normlimits.experiments.separability_sweep import separability_sweep
-
     grid = config.separability_grid
     rows_at = config.separability_positions()
     sweep = separability_sweep(captures, grid, kinds=("values",), rows=rows_at, sphere_radius=1.0,
@@ -348,8 +335,6 @@ def separability(captures: Iterable, config: AuditConfig, model: str) -> Measure
 def _plot_separability(result):
     import matplotlib.pyplot as plt
 
-    from normlimits.core.plotting import median_band
-
     sweep, st = result["sweep"], result["figure3"]
     grid = np.asarray(sweep.n_grid)
     per_head = sweep.fraction["values"].reshape(-1, len(grid)).numpy()
@@ -369,9 +354,6 @@ def _plot_separability(result):
 def jacobian(captures: Iterable, config: AuditConfig, model: str) -> Measured:
     """F4 and EPS from Figure 4's sensitivity g(T, eps) (max over heads), as book/gradients.md
     reads them (``figure4.curves``, ``figure4.statistics``)."""
-    from normlimits.experiments import figure4 as F4
-    from normlimits.metrics import jacobian as J
-
     rows_at = config.query_rows()
     profile = J.sensitivity_profile((cap.logits(rows_at) for cap in captures),
                                     config.temperatures(), config.epsilons,
@@ -404,8 +386,6 @@ def jacobian(captures: Iterable, config: AuditConfig, model: str) -> Measured:
 
 
 def _plot_jacobian(result):
-    from normlimits.experiments.figure4 import plot_figure4
-
     return plot_figure4(result["curves"])
 
 

@@ -28,8 +28,12 @@ from normlimits.model.corpus import Corpus, load_corpus
 from normlimits.model.pretrained import LoadedModel
 from normlimits.model.load import load_model
 from normlimits.core.paths import public_text
-from normlimits.model.corpus import corpus_label
+from normlimits.model.corpus import corpus_label, token_windows
 from normlimits.core.settings import MODEL_ENV, configure_torch, window_count
+from normlimits.book.replicas import agreement_frame, agreement_words, replicate
+from normlimits.claims.ledger import ledger_dir, read_rows, writable_ledger_dir
+from normlimits.core.cache import atomic_write_json
+from normlimits.model.capture_cache import cached_captures
 
 
 @dataclass
@@ -60,8 +64,6 @@ class ChapterContext:
     def windows(self, length: int | None = None, count: int | None = None):
         """The chapter's corpus windows, LongTensor [count, length] (default: the model's whole
         context and the window-count setting)."""
-        from normlimits.model.corpus import token_windows
-
         return token_windows(self.loaded, self.corpus, length or self.loaded.max_positions,
                              count or self.window_count)
 
@@ -69,8 +71,6 @@ class ChapterContext:
         """One capture per window of :meth:`windows`, as an iterator of
         :class:`~normlimits.model.capture.WindowCapture`: one forward pass per window, shared by every
         chapter of a build through the capture cache (:mod:`normlimits.model.capture_cache`)."""
-        from normlimits.model.capture_cache import cached_captures
-
         return cached_captures(self.loaded, self.corpus, length or self.loaded.max_positions,
                                count or self.window_count)
 
@@ -93,9 +93,6 @@ class ChapterContext:
         """Record the chapter's execution time (seconds since it started, and the one-time part of
         it) beside its ledger rows, in ``<ledger dir>/<chapter>.timing.json``; returns it and glues
         ``chapter_seconds``."""
-        from normlimits.core.cache import atomic_write_json
-        from normlimits.claims.ledger import writable_ledger_dir
-
         seconds = self.elapsed()
         atomic_write_json(writable_ledger_dir() / f"{self.chapter}.timing.json",
                           {"chapter": self.chapter, "seconds": seconds, "model": self.model_label,
@@ -236,8 +233,6 @@ def start_chapter(chapter: str, model: str | None = None, windows: int | None = 
     In a Jupyter kernel it also keeps every value the chapter glues (``glued.install``), so that
     JupyterLab (``make lab``) shows the glued numbers in the prose as the book does.
     """
-    from normlimits.claims.ledger import writable_ledger_dir
-
     writable_ledger_dir()          # an unwritable ledger folder is named now, not at the end
     configure_torch()
     glued.install()
@@ -262,9 +257,6 @@ def other_models(ctx: ChapterContext) -> "object":
     returns the table (a pandas DataFrame: one row per claim, "verdict (headline value)" per
     model). Inside a replica it runs nothing.
     """
-    from normlimits.claims.ledger import ledger_dir, read_rows
-    from normlimits.book.replicas import agreement_frame, agreement_words, replicate
-
     own = [r for r in read_rows(ledger_dir() / f"{ctx.chapter}.json") if not r.get("variant")]
     runs = replicate(ctx)
     names = ", ".join(run.replica.label for run in runs) or "none"

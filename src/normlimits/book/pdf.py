@@ -23,6 +23,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from normlimits.core.cache import atomic_write_bytes
 
 DEFAULT_INDEX = Path("_build/singlehtml/index.html")
 DEFAULT_OUT = Path("_build/pdf/book.pdf")
@@ -124,7 +125,6 @@ def print_pdf(index: Path, out: Path) -> dict:
         data = page.pdf(print_background=True, display_header_footer=True,
                         header_template="<div></div>", footer_template=FOOTER, **PAGE)
         browser.close()
-    from normlimits.core.cache import atomic_write_bytes
 
     atomic_write_bytes(out, data)       # never half a PDF in place; readable as the umask says
     return ready | {"seconds": round(time.perf_counter() - start, 1), "blocked": requested}

@@ -30,6 +30,9 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from normlimits.core.settings import MODEL_ENV, SettingError
+from normlimits import claims
+from normlimits.claims import ledger
+from normlimits.core.paths import book_root
 
 REPLICAS_ENV = "NORMLIMITS_REPLICAS"
 REPLICA_OF_ENV = "NORMLIMITS_REPLICA_OF"
@@ -102,8 +105,6 @@ def replica_models(primary: str) -> tuple[str, ...]:
 
 def chapter_source(chapter: str, root: Path | None = None) -> Path:
     """The MyST source of ``chapter`` (``book/<chapter>.md`` under the book root)."""
-    from normlimits.core.paths import book_root
-
     root = root or book_root()
     if root is None:
         raise ReplicaError(f"cannot replay chapter {chapter!r}: no book (a folder with _config.yml "
@@ -211,9 +212,6 @@ def replicate(ctx, replicas: list[Replica] | None = None, *, record: bool = True
     The chapter must have recorded its own rows first: a replica row whose claim the chapter did
     not record on its primary model is an error (the two sides must grade the same claims).
     """
-    from normlimits import claims
-    from normlimits.claims import ledger
-
     if is_replica():
         return []
     replicas = _replicas(ctx.loaded.name) if replicas is None else replicas

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from docutils import nodes
 from sphinx.util.docutils import SphinxDirective
+from normlimits.book.sphinx_ledger import LEDGER_FILE
+from normlimits.core.cache import atomic_write_bytes
 
 #: the package's source archive, at the site's root
 ARCHIVE = "normlimits-src.tar.gz"
@@ -90,8 +92,6 @@ def _offer_executed_notebook(app, pagename, templatename, context, doctree):
 def write_archive(root: Path, target: Path) -> Path:
     """Write the package's source archive (:data:`ARCHIVE_FILES` under ``root``) to ``target``,
     atomically; caches and compiled files are left out. Returns ``target``."""
-    from normlimits.core.cache import atomic_write_bytes
-
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         for name in ARCHIVE_FILES:
@@ -129,8 +129,6 @@ class downloads_placeholder(nodes.General, nodes.Element):
 
 
 def _resolve(app, doctree, fromdocname):
-    from normlimits.book.sphinx_ledger import LEDGER_FILE
-
     page = app.builder.get_target_uri(fromdocname).split("#")[0]
     here = posixpath.dirname(page) or "."
     for node in list(doctree.findall(downloads_placeholder)):

@@ -43,6 +43,7 @@ from normlimits import claims
 from normlimits.claims import ledger
 from normlimits.claims import CHAPTER_MODULES, VERDICTS, Criterion, readings_words
 from normlimits.core.markup import html_table, inline_html, significant, with_interval
+from normlimits.core.cache import atomic_write_json
 
 logger = logging.getLogger(__name__)
 
@@ -458,8 +459,6 @@ def _resolve(app, doctree, fromdocname):
 
 def _write_json(app, exception):
     if exception is None:
-        from normlimits.core.cache import atomic_write_json
-
         merged = _root(app) / "_build" / LEDGER_FILE
         atomic_write_json(merged, ledger.ledger_document(_rows(app)))
         if app.builder.format == "html":

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from normlimits.claims import ledger
+from normlimits.claims import ledger, rules
+from normlimits.core.markup import html_table, inline_html, with_interval
 from normlimits.claims.base import Claim
 from normlimits.claims.rules import (
     KINDS, OPS, VERDICTS, Criterion, Rule, describe_outcomes, plain_text, regrade)
@@ -124,8 +125,6 @@ class Graded:
     def _repr_html_(self) -> str:
         """The verdict, then one table row per criterion (HTML written from the row's data, so
         math holding ``|``, ``*`` or ``_`` cannot split a cell), then the rule in words."""
-        from normlimits.core.markup import html_table, inline_html, with_interval
-
         row = self.row
         label = row["id"] + (f" ({row['variant']})" if row.get("variant") else "")
         verdict = row["verdict"]
@@ -173,7 +172,6 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
     ``chapter``: who measured it (a chapter, or e.g. ``audit``); ``model``: the model the values
     were measured on; the other arguments as in :func:`record`.
     """
-    from normlimits.claims import rules
     item = claim(claim_id)
     if not model:
         raise ValueError(f"claim {claim_id}: name the model the values were measured on (model=...)")

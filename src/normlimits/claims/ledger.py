@@ -21,7 +21,9 @@ from pathlib import Path
 
 from normlimits.core.cache import atomic_write_json
 from normlimits.core.paths import book_root
-from normlimits.claims.rules import VERDICTS, regrade, row_possible_verdicts
+from normlimits.claims.rules import regrade, row_possible_verdicts, Rule, VERDICTS
+from normlimits.claims.schema import read_document, SCHEMA_VERSION, validate
+from normlimits.core.settings import cache_dir, SettingError
 
 LEDGER_ENV = "NORMLIMITS_LEDGER_DIR"
 #: the ``tool`` of ``_build/ledger.json``
@@ -39,8 +41,6 @@ def ledger_dir(start: Path | None = None) -> Path:
         return Path(os.environ[LEDGER_ENV])
     root = book_root(start)
     if root is None:
-        from normlimits.core.settings import cache_dir
-
         return cache_dir() / "ledger"
     return root / "_build" / "ledger"
 
@@ -50,8 +50,6 @@ def writable_ledger_dir(start: Path | None = None) -> Path:
     read-only or cannot be created raises :class:`~normlimits.core.settings.SettingError` naming
     ``NORMLIMITS_LEDGER_DIR`` (or the default folder) and the remedy. Chapters call it when they
     start, so the error comes before the computing, not at the end."""
-    from normlimits.core.settings import SettingError
-
     folder = ledger_dir(start)
     raw = os.environ.get(LEDGER_ENV)
     named = f"{LEDGER_ENV}={raw!r}" if raw else f"the ledger folder {folder} ({LEDGER_ENV} unset)"
@@ -97,8 +95,6 @@ def validate_row(row: dict) -> dict:
 def _check_readings(row: dict) -> None:
     """Each entry of a row's ``readings`` must carry the verdict the row's own rule gives its
     values, and a row without ``selection`` must rest on the entry marked primary (if any)."""
-    from normlimits.claims.rules import Rule
-
     found = row.get("readings") or []
     rule = Rule.from_row(row) if found else None
     for entry in found:
@@ -209,8 +205,6 @@ def read_rows(path: Path) -> list[dict]:
 def ledger_document(rows: list[dict]) -> dict:
     """The merged ledger as written to ``_build/ledger.json``: ``{"schema_version", "tool",
     "rows"}``, each row checked by :func:`validate_row` and the whole by the ``ledger`` schema."""
-    from normlimits.claims.schema import SCHEMA_VERSION, validate
-
     doc = {"schema_version": SCHEMA_VERSION, "tool": LEDGER_TOOL,
            "rows": check_consistent([validate_row(r) for r in rows])}
     return validate(doc, "ledger", source="the merged ledger")
@@ -218,7 +212,5 @@ def ledger_document(rows: list[dict]) -> dict:
 
 def read_ledger_json(path: Path) -> list[dict]:
     """The rows of a merged ledger file (``_build/ledger.json``), validated against its schema."""
-    from normlimits.claims.schema import read_document
-
     return read_document(Path(path), "ledger", remedy="Build the book again (make book) to "
                          "rewrite it.")["rows"]

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 from normlimits.core.cache import file_sha256 as _sha256
-from normlimits.core.cache import umask_mode
+from normlimits.core.cache import atomic_write_bytes, umask_mode
 
 __all__ = ["OutputError", "FolderOutput", "FileOutput", "MANIFEST", "read_manifest",
            "umask_mode", "check_target_text"]
@@ -356,8 +356,6 @@ class FileOutput:
 
     def commit(self, data: bytes) -> Path:
         """Write ``data`` atomically into place and release the lock; returns the path."""
-        from normlimits.core.cache import atomic_write_bytes
-
         try:
             return atomic_write_bytes(self.target, data)
         except OSError as exc:

@@ -39,6 +39,10 @@ from pathlib import Path
 from typing import Sequence
 
 from normlimits.core.paths import checkout_root
+from normlimits import claims
+from normlimits.claims import ledger
+from normlimits.core.outputs import FileOutput, OutputError
+from normlimits.core.settings import cache_dir
 
 #: the repository (faults edit a copy of its src/ and run its tests); for an installed copy, the current folder
 ROOT = checkout_root() or Path.cwd()
@@ -258,8 +262,6 @@ def execute_chapter(path: Path) -> dict:
     from nbclient.exceptions import CellExecutionError
 
     import normlimits
-    from normlimits import claims
-    from normlimits.claims import ledger
 
     path = Path(path)
     chapter = path.stem
@@ -423,7 +425,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.execute:
         args.result.write_text(json.dumps(execute_chapter(args.execute)))
         return 0
-    from normlimits.core.outputs import FileOutput, OutputError
 
     try:                                      # checked (and locked) before the long runs
         output = FileOutput(args.json, tool="python -m normlimits.dev.faults", option="--json",
@@ -456,7 +457,6 @@ def _main(args, parser, output) -> int:
     for fault in faults:                       # every anchor is checked before anything runs
         with tempfile.TemporaryDirectory() as tmp:
             apply_edits(fault, copy_package(ROOT / "src", Path(tmp)))
-    from normlimits.core.settings import cache_dir
 
     model = os.environ.get("NORMLIMITS_MODEL", "standin").strip() or "standin"
     if not args.skip_chapters and model == "standin" and not has_standin(cache_dir()):

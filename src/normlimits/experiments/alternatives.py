@@ -50,6 +50,9 @@ from normlimits.metrics.normalizer_jacobians import EXACT_NORMS, family, jacobia
 from normlimits.metrics.normalizers import (
     NORMALIZERS, Normalizer, check_temperature, get_normalizer, visible_mask)
 from normlimits.core.protocol import length_grid
+from normlimits.claims import claim, describe_outcomes
+from normlimits.claims.alternatives import claim_id, YARDSTICKS
+from normlimits.core.markup import html_table, inline_html, significant
 
 DTYPE = torch.float64
 
@@ -626,10 +629,6 @@ def verdict_overview(verdicts: dict, graded: dict, labels: dict) -> str:
     ``labels``: key -> label (MyST, ``$math$`` allowed).
     """
     import html as _html
-
-    from normlimits.claims import claim, describe_outcomes
-    from normlimits.claims.alternatives import YARDSTICKS, claim_id
-    from normlimits.core.markup import html_table, inline_html, significant
 
     parts = []
     for y in YARDSTICKS:

@@ -74,6 +74,15 @@ from normlimits.core.protocol import PAPER_TABLE1, half_octave_grid
 from normlimits.metrics.separability import SPACED_ROW_COUNT, spaced_rows
 from normlimits.core.paths import checkout_root
 from normlimits.core.streaming import Lockstep, PeakMemory
+from normlimits.core.cache import atomic_write_json
+from normlimits.core.outputs import check_target_text, FileOutput, OutputError
+from normlimits.core.settings import configure_torch, SettingError
+from normlimits.experiments.separability_sweep import separability_sweep
+from normlimits.metrics.critical_n import critical_n_search
+from normlimits.metrics.distances import sweep_length, sweep_top_n
+from normlimits.metrics.jacobian import default_rows, default_temperatures, sensitivity_profile
+from normlimits.model.corpus import load_corpus, token_windows
+from normlimits.model.errors import ModelError
 
 __all__ = [
     "PAPER_TABLE1",
@@ -171,14 +180,10 @@ class BenchConfig:
     def query_rows(self) -> list[int]:
         """The gradient workload's query rows: ``rows`` positions spread evenly over the window
         (:func:`normlimits.metrics.jacobian.default_rows`, as the gradients chapter uses them)."""
-        from normlimits.metrics.jacobian import default_rows
-
         return default_rows(self.length, self.rows).tolist()
 
     @property
     def temperatures(self) -> Tensor:
-        from normlimits.metrics.jacobian import default_temperatures
-
         return default_temperatures(per_decade=self.temperatures_per_decade)
 
     def describe(self) -> dict:
@@ -194,33 +199,23 @@ class BenchConfig:
 
 
 def _distance_vs_length(captures, cfg: BenchConfig):
-    from normlimits.metrics.distances import sweep_length
-
     return sweep_length(captures, cfg.lengths, n=cfg.fixed_n)
 
 
 def _distance_vs_top_n(captures, cfg: BenchConfig):
-    from normlimits.metrics.distances import sweep_top_n
-
     return sweep_top_n(captures, cfg.top_n_grid, length=cfg.length)
 
 
 def _critical_n(captures, cfg: BenchConfig):
-    from normlimits.metrics.critical_n import critical_n_search
-
     return critical_n_search(captures, cfg.lengths, protocol="last_row", alphas=cfg.alphas)
 
 
 def _separability(captures, cfg: BenchConfig):
-    from normlimits.experiments.separability_sweep import separability_sweep
-
     return separability_sweep(captures, cfg.separability_grid, kinds=("values",),
                               rows=cfg.separability_rows, bounds=True)
 
 
 def _gradient(captures, cfg: BenchConfig):
-    from normlimits.metrics.jacobian import sensitivity_profile
-
     rows = torch.as_tensor(cfg.query_rows, dtype=torch.long)
     return sensitivity_profile((cap.logits(rows) for cap in captures), cfg.temperatures,
                                cfg.epsilons, seed=0)
@@ -449,8 +444,6 @@ def default_output() -> Path:
 
 def write_rows(rows: list[dict], path: Path | str | None = None) -> Path:
     """Write the rows as JSON atomically (a temporary file in the same folder, then rename)."""
-    from normlimits.core.cache import atomic_write_json
-
     path = Path(path) if path is not None else default_output()
     return atomic_write_json(path, rows)
 
@@ -586,8 +579,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _output(text: str | None):
     """The output transaction for ``--output``, checked before any computing."""
-    from normlimits.core.outputs import FileOutput, check_target_text
-
     path = default_output() if text is None else check_target_text(text, "--output")
     return FileOutput(path, tool="python -m normlimits.experiments.bench", option="--output",
                       is_ours=is_bench_output)
@@ -598,11 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (or setting) exits 2 with the usage line and a message naming it."""
     import json
 
-    from normlimits.model.corpus import load_corpus, token_windows
-    from normlimits.model.errors import ModelError
     from normlimits.model.load import load_model
-    from normlimits.core.outputs import OutputError
-    from normlimits.core.settings import SettingError, configure_torch
 
     p = _parser()
     args = p.parse_args(argv)

@@ -20,6 +20,8 @@ import torch
 from normlimits.core.fits import loglog_fit
 from normlimits.metrics.jacobian import SensitivityProfile, paper_curve, sensitivity_envelope
 from normlimits.core.protocol import HIGH_T, SHARP_T
+from normlimits.claims import undecided_words
+from normlimits.core import bootstrap as B
 
 __all__ = ["Curves", "curves", "nearest", "slope", "summary_table", "statistics", "claim_values",
            "claim_intervals", "interval_sentence", "undecided_sentence", "limit_readings",
@@ -136,8 +138,6 @@ def claim_intervals(profile: SensitivityProfile, **bootstrap_settings) -> dict[s
     per-window sums. ``bootstrap_settings`` go to :func:`normlimits.core.bootstrap.bootstrap_values`."""
     from dataclasses import replace
 
-    from normlimits.core import bootstrap as B
-
     sums, rows = profile.g_window_sums, profile.window_rows
     if sums is None or rows is None or sums.shape[0] < 2:
         return {}
@@ -189,8 +189,6 @@ def undecided_sentence(profile: SensitivityProfile, intervals: dict[str, dict]) 
     interval on all windows and on the first half of them, and roughly how many windows would
     decide it (:func:`normlimits.claims.undecided_words`)."""
     from dataclasses import replace
-
-    from normlimits.claims import undecided_words
 
     values = claim_values(curves(profile))
     windows = 0 if profile.g_window_sums is None else int(profile.g_window_sums.shape[0])

@@ -36,6 +36,7 @@ from normlimits.core.fits import loglog_fit
 from normlimits.core.protocol import FIXED_N, KS_ALPHA_TEXT, KS_ALPHAS
 from normlimits.metrics.readings import FORMS, VECTORS
 from normlimits.metrics.token_means import PositionStudy
+from normlimits.claims import claim
 
 __all__ = ["FORM_LABELS", "VECTOR_LABELS", "Reading", "readings_tried", "ReadingRow",
            "reading_rows", "table_frame", "reproducing", "choose", "claim_values", "CHOSEN_VARIANT",
@@ -170,8 +171,6 @@ def claim_values(row: ReadingRow, claim_id: str, paper_model: bool,
 def reproducing(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool) -> list[ReadingRow]:
     """The rows whose values pass every measured criterion of the registered rule of
     ``claim_id`` (the readings under which the paper's panel comes out), in table order."""
-    from normlimits.claims import claim
-
     rule = claim(claim_id).rule
     measured = [c.key for c in rule.criteria if c.kind == "measurement"]
     return [row for row in rows
@@ -199,8 +198,6 @@ def reading_grades(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool)
     first): ``[{"reading": label, "values": {criterion key: value or None}, "verdict",
     "primary": bool}]``, one per row, the ledger's ``readings`` field. ``primary`` marks the
     book's primary reading (:func:`readings_tried`'s first) wherever it is in ``rows``."""
-    from normlimits.claims import claim
-
     rule, primary = claim(claim_id).rule, readings_tried()[0]
     out = []
     for row in rows:
@@ -291,7 +288,6 @@ def chosen_words(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool) -
         return f"no reading is chosen: {claim_id} {_tally(found, len(rows))}"
     if found[0] is rows[0]:
         return f"no reading is chosen: the primary reading reproduces the panel ({_tally(found, len(rows))})"
-    from normlimits.claims import claim
 
     verdict = claim(claim_id).rule.grade(claim_values(found[0], claim_id, paper_model))
     return (f"the row labelled \"{CHOSEN_VARIANT}\" is {verdict} under {found[0].reading.label}: the "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from normlimits.metrics.multihead import independent_copies
+from normlimits.metrics.multihead import bernoulli_heads, independent_copies
 
 __all__ = ["Plateau", "plateau", "head_plateaus", "spearman", "monitor_statistics",
            "temperature_trend", "multihead_summary", "curve_statistic", "figure3_statistics",
@@ -226,8 +226,6 @@ def multihead_statistics(sweep, heads: int, knee: int, tokens: int = 20_000, see
     ``bernoulli`` (largest |sampled - formula|), and ``jensen`` (largest copies - formula over
     every N and head; at most 0 by concavity).
     """
-    from normlimits.metrics.multihead import bernoulli_heads
-
     summ = multihead_summary(sweep, heads)
     grid = sweep.n_grid
     copies, formula, p_head = independent_copies(sweep.rank_hits, sweep.rank_rows, grid, heads)

@@ -37,10 +37,15 @@ import torch
 
 from normlimits.core.cache import (
     CacheError, atomic_write_json, cache_path, read_json_entry, writer_lock)
-from normlimits.model.capture import attention_modules, projection_gradients
+from normlimits.model.capture import attention_modules, capture_batch, projection_gradients
 from normlimits.metrics.normalizers import check_temperature
 from normlimits.core.protocol import TR_SEEDS, TR_TEMPERATURES
 from normlimits.core.settings import THREADS_ENV, configure_torch, thread_count
+from normlimits.metrics.jacobian import softmax_jacobian_norm
+from normlimits.model.corpus import load_corpus
+from normlimits.model.pretrained import byte_encode, LoadedModel
+from normlimits.model.standin import (
+    bigram_bits_per_position, bigram_log_probs, byte_tokens, held_out_windows, split_corpus)
 
 TEMPERATURE_KEY = "attention_temperature"
 
@@ -140,10 +145,6 @@ def attention_probe(model, probe_ids: torch.Tensor, rows: int = 32) -> dict[str,
     ``||(diag a - a a^T)/T||`` and the standard deviation of the logits ``q.k/(sqrt(d) T)`` over
     the visible keys.
     """
-    from normlimits.model.capture import capture_batch
-    from normlimits.metrics.jacobian import softmax_jacobian_norm
-    from normlimits.model.pretrained import LoadedModel, byte_encode
-
     # a float64 copy: at low T the logits are large, and float32 rounding alone moves the weights
     # by more than the capture's float32 check allows (1e-5); the training model is untouched
     copy = deepcopy(model).double().eval()
@@ -389,10 +390,6 @@ def temperature_study(corpus=None, temperatures=TR_TEMPERATURES, seeds=TR_SEEDS,
     cached: about ``len(temperatures) * len(seeds) * steps`` training steps (the chapter reports
     the recorded seconds).
     """
-    from normlimits.model.corpus import load_corpus
-    from normlimits.model.standin import (
-        bigram_bits_per_position, bigram_log_probs, byte_tokens, held_out_windows, split_corpus)
-
     configure_torch()
     temps = [check_temperature(t) for t in temperatures]
     seed_list = [int(s) for s in seeds]

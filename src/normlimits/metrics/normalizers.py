@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from normlimits.core.validation import attention_logits, check_row_maxima
+from normlimits.core.selection import top_n
 
 __all__ = [
     "check_temperature",
@@ -499,8 +500,6 @@ def topk_softmax(logits: Tensor, dim: int = -1, n=None, rule: str | int = "sqrt"
     a normaliser. The keys are chosen by :func:`normlimits.core.selection.top_n` (ties at the k-th
     place: the earlier key first), so exactly k keys are kept. Rows sum to 1.
     """
-    from normlimits.core.selection import top_n
-
     visible = visible_mask(logits, dim)
     count = visible_count(logits, dim, n, visible)
     k = topk_size(count, rule).to(logits.dtype)

@@ -65,6 +65,7 @@ from normlimits.core.protocol import SEPARABILITY_SPACED_ROWS
 from normlimits.metrics.gram import GRAM_FLOOR
 from normlimits.core.selection import top_n
 from normlimits.core.validation import all_finite, finite_vectors, finite_weights
+from normlimits.metrics.jacobian import default_rows
 
 __all__ = [
     "SeparabilityResult",
@@ -294,8 +295,6 @@ def spaced_rows(length: int, count: int = SPACED_ROW_COUNT) -> Tensor:
     The same positions as :func:`normlimits.metrics.jacobian.default_rows` (the last one is ``length - 1``):
     an unbiased subsample of the paper's average over every token ``t`` of the window.
     """
-    from normlimits.metrics.jacobian import default_rows
-
     return default_rows(length, count)
 
 

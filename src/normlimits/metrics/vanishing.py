@@ -32,7 +32,8 @@ import torch
 from torch import Tensor
 
 from normlimits.core.fits import loglog_fit
-from normlimits.metrics.normalizers import check_temperature
+from normlimits.metrics.normalizers import check_temperature, general_normalizer
+from normlimits.core import bootstrap as B
 
 DTYPE = torch.float64
 
@@ -421,8 +422,6 @@ def general_normalizer_check(lengths, F, bound: float, trials: int = 256, seed: 
     "weights": how many were checked, "exponent": fitted exponent of the mean largest weight
     against L}``.
     """
-    from normlimits.metrics.normalizers import general_normalizer
-
     rows = synthetic_bounded_logits(lengths, bound, trials, seed=seed)
     weights = general_normalizer(rows, F)
     values = F(torch.linspace(-float(bound), float(bound), 20_001, dtype=DTYPE))
@@ -527,8 +526,6 @@ def nu_intervals(stats: RowStatistics, **bootstrap_settings) -> dict:
     with fewer than two windows (nothing to resample). ``bootstrap_settings`` go to
     :func:`normlimits.core.bootstrap.bootstrap_interval` (resamples, level, seed).
     """
-    from normlimits.core import bootstrap as B
-
     if stats.delta.dim() != 4:
         raise ValueError("nu_intervals expects statistics stacked over windows: [W, layers, heads, G].")
     if stats.delta.shape[0] < 2:

@@ -43,6 +43,7 @@ from torch import Tensor
 from normlimits.model import attention_tap
 from normlimits.core import validation
 from normlimits.metrics.normalizers import softmax_with_temperature
+from normlimits.model.errors import UnsupportedModelError
 
 
 class _Attention:
@@ -173,8 +174,6 @@ def _submodule(module: torch.nn.Module, names) -> torch.nn.Module | None:
 
 def _output_projection(model: torch.nn.Module, module: torch.nn.Module) -> torch.nn.Module:
     """The first of :data:`OUTPUT_PROJECTIONS` that attention ``module`` has (with a weight)."""
-    from normlimits.model.errors import UnsupportedModelError
-
     projection = _submodule(module, OUTPUT_PROJECTIONS)
     if projection is None or getattr(projection, "weight", None) is None:
         raise UnsupportedModelError(
@@ -209,8 +208,6 @@ def projection_gradients(model: torch.nn.Module) -> list[dict[str, Tensor | None
     dimension; otherwise the module must have :data:`QKV_PROJECTIONS`. Raises
     :class:`normlimits.model.errors.UnsupportedModelError` for a module with neither.
     """
-    from normlimits.model.errors import UnsupportedModelError
-
     out = []
     for module in attention_modules(model):
         fused = _submodule(module, FUSED_QKV_PROJECTIONS)
@@ -252,8 +249,6 @@ def _forward(model: torch.nn.Module, ids: Tensor) -> tuple[Tensor, Tensor, Tenso
     Raises :class:`normlimits.model.errors.UnsupportedModelError` when a layer's logits are not
     ``scale * q . k`` under the causal mask (see :mod:`normlimits.model.attention_tap`).
     """
-    from normlimits.model.errors import UnsupportedModelError
-
     device = input_device(model)
     ids = ids.to(device)
     try:

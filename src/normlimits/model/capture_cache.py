@@ -38,8 +38,10 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor
 
-from normlimits.core.cache import atomic_write_bytes, atomic_write_json, key_digest
+from normlimits.core.cache import atomic_write_bytes, atomic_write_json, key_digest, package_digest
 from normlimits.model.capture import WindowCapture, capture_window, input_device, layer_scales
+from normlimits.core.paths import book_root
+from normlimits.model.corpus import token_windows
 
 CAPTURE_CACHE_ENV = "NORMLIMITS_CAPTURE_CACHE"
 #: the folder under the build directory (``execution_cache.DERIVED`` drops it)
@@ -56,7 +58,6 @@ def capture_cache_dir() -> Path | None:
         return None
     if raw:
         return Path(raw).expanduser()
-    from normlimits.core.paths import book_root
 
     root = book_root()
     return None if root is None else root / "_build" / BUILD_SUBDIR
@@ -86,8 +87,6 @@ def model_fingerprint(model: torch.nn.Module) -> str:
 
 def capture_key(loaded, corpus, length: int, count: int) -> dict:
     """Everything the captures of ``count`` windows of ``length`` tokens depend on."""
-    from normlimits.core.cache import package_digest
-
     model = loaded.model
     parameter = next(model.parameters())
     return {
@@ -209,8 +208,6 @@ def cached_captures(loaded, corpus, length: int, count: int) -> Iterator[WindowC
     through the shared cache (:func:`capture_cache_dir`): a drop-in replacement for
     ``iter_captures(loaded, token_windows(loaded, corpus, length, count))`` that runs each
     forward pass once per build. Memory-flat: one window at a time."""
-    from normlimits.model.corpus import token_windows
-
     windows = token_windows(loaded, corpus, length, count)    # validates length and count
     root = capture_cache_dir()
     if root is None:

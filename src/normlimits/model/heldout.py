@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from normlimits.model.standin import bigram_log_probs, byte_tokens, split_corpus
 
 LN2 = math.log(2.0)
 
@@ -23,8 +24,6 @@ def held_out_texts(corpus_text: str, count: int = 8, size: int = 1024) -> list[s
     """``count`` consecutive texts of about ``size`` UTF-8 bytes from the held-out split of
     ``corpus_text`` (the stand-in's split), each cut at character boundaries (a character split
     by a cut is dropped from both texts); raises ValueError when the split is too short."""
-    from normlimits.model.standin import byte_tokens, split_corpus
-
     _, held_out = split_corpus(byte_tokens(corpus_text))
     raw = bytes(held_out.tolist())
     if len(raw) < count * size:
@@ -79,8 +78,6 @@ def bits_per_byte(loaded, texts: list[str]) -> BitsPerByte:
 def bigram_bits_per_byte(corpus_text: str, texts: list[str]) -> BitsPerByte:
     """The stand-in's bigram baseline (fitted on the training split) on the bytes of ``texts``,
     counted as :func:`bits_per_byte` counts a byte-level model."""
-    from normlimits.model.standin import bigram_log_probs, byte_tokens, split_corpus
-
     train, _ = split_corpus(byte_tokens(corpus_text))
     log_probs = bigram_log_probs(train)                  # [vocab, vocab] log2
     bits, n_bytes = 0.0, 0

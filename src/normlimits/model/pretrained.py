@@ -22,6 +22,8 @@ import torch
 from normlimits.core.devices import Placement, placement
 from normlimits.core.settings import MODEL_ENV
 from normlimits.model.errors import ModelError, UnsupportedModelError
+from normlimits.model.attention_tap import config_refusal
+from normlimits.model.capture import layer_scales
 
 #: the names the model setting knows besides ids, folders and .gguf files (resolved by
 #: :func:`normlimits.model.load.load_model`)
@@ -186,9 +188,6 @@ def check_supported(model: torch.nn.Module, setting: str, origin: str = MODEL_EN
     Checks the configuration (soft-capping, ALiBi, sinks), then one short capture pass, which
     checks every layer (:mod:`normlimits.model.attention_tap`). Raises :class:`UnsupportedModelError`.
     """
-    from normlimits.model.attention_tap import config_refusal
-    from normlimits.model.capture import layer_scales
-
     family = getattr(model.config, "model_type", "?")
     remedy = (f"Supported are families whose logits are scale * q.k under a causal mask "
               f"(gpt2, gpt_neox/Pythia, llama, qwen2, opt, ...); set {origin} to one of those.")

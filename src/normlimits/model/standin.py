@@ -44,6 +44,7 @@ from normlimits.model.pretrained import (
     BYTE_TOKENIZER_FILE, LoadedModel, byte_encode, check_model_folder, load_pretrained)
 from normlimits.model.errors import ModelError
 from normlimits.core.settings import CORPUS_ENV, configure_torch
+from normlimits.model.corpus import load_corpus
 
 VOCAB_SIZE = 257  # 256 bytes + one end-of-text special
 EOT = 256
@@ -467,8 +468,6 @@ def load_standin(corpus=None, recipe: Recipe | str | None = None) -> LoadedModel
     concurrent callers wait for one training instead of repeating it. A damaged cached copy is
     never retrained silently: it raises :class:`CacheError` naming its folder.
     """
-    from normlimits.model.corpus import load_corpus
-
     recipe = resolve_recipe(recipe)
     corpus = corpus if corpus is not None else load_corpus()
     directory = standin_dir(corpus, recipe)
@@ -498,8 +497,6 @@ def load_standin(corpus=None, recipe: Recipe | str | None = None) -> LoadedModel
 def standin_report(corpus=None, recipe: Recipe | str | None = None) -> dict:
     """The training report saved with a cached stand-in (default: the GPT-2 one): bits per byte by
     band, time, size; verified like the stand-in itself."""
-    from normlimits.model.corpus import load_corpus
-
     recipe = resolve_recipe(recipe)
     corpus = corpus if corpus is not None else load_corpus()
     return verify_standin_dir(standin_dir(corpus, recipe))
@@ -508,8 +505,6 @@ def standin_report(corpus=None, recipe: Recipe | str | None = None) -> dict:
 def cached_report(corpus=None, recipe: Recipe | str | None = None) -> dict | None:
     """The verified report of a stand-in (default: the GPT-2 one) when it is trained on this
     machine, else None (nothing is trained)."""
-    from normlimits.model.corpus import load_corpus
-
     corpus = corpus if corpus is not None else load_corpus()
     if not (standin_dir(corpus, recipe) / REPORT_FILE).is_file():
         return None
