@@ -18,6 +18,7 @@ BUILD_FLAGS := --builder html -W -n --keep-going
 help:
 	@echo "make book   - set up the environment if needed and build the book to _build/html"
 	@echo "make test   - set up, run the whole test suite (the strict book build and browser test included)"
+	@echo "make test-fast / test-model / test-book - one tier of it (tests/unit, tests/model, tests/book)"
 	@echo "make pdf    - the whole book as one PDF (_build/pdf/book.pdf)"
 	@echo "make lab    - JupyterLab on the book; chapters open as notebooks rendered as MyST"
 	@echo "make bench  - the paper's five experiments at GPT-2 124M size, timed (_build/bench.json)"
