@@ -4,6 +4,7 @@ imports itself back through others. Imports inside functions count as much as th
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -59,9 +60,11 @@ def imported(name: str, path: Path, known: set[str]) -> set[str]:
     return {m for m in found if m != name}
 
 
-def graph() -> dict[str, set[str]]:
+@functools.cache
+def graph() -> dict[str, frozenset[str]]:
+    """Every module of the package -> the package's modules it imports (read once per session)."""
     found = modules()
-    return {name: imported(name, path, set(found)) for name, path in found.items()}
+    return {name: frozenset(imported(name, path, set(found))) for name, path in found.items()}
 
 
 def layer(module: str) -> str | None:

@@ -115,7 +115,6 @@ class Surveyed:
         return None
 
 
-
 def _default_loader(name: str):
     from normlimits.model.load import load_model
 

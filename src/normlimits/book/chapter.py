@@ -102,8 +102,6 @@ class ChapterContext:
         return seconds
 
 
-
-
 def provenance_lines(loaded: LoadedModel, corpus: Corpus, windows: int) -> list[str]:
     """Every fact of the banner as plain sentences (no path of the building machine): the model's
     shape, source (with its cache folder), tokenizer and notes, the corpus with its sha256."""

@@ -38,7 +38,6 @@ DERIVED = (".jupyter_cache", ".doctrees", "ledger", "captures")
 FINGERPRINT_FILE = "normlimits-inputs.json"
 
 
-
 def _corpus_digest(setting: str | None) -> str | None:
     """sha256 of a local corpus file (None for the default download or a URL: those are pinned by
     the corpus module's own checks, and reading them here would need the network)."""

@@ -32,7 +32,6 @@ FIELDS = ("id", "chapter", "section", "claim", "paper", "measured", "verdict", "
           "criteria", "outcomes", "headline", "statistic")
 
 
-
 def ledger_dir(start: Path | None = None) -> Path:
     """Where chapters write their rows and the Verdicts page reads them: ``NORMLIMITS_LEDGER_DIR``
     if set, else ``_build/ledger`` under the book root found from ``start`` (default: cwd), else
@@ -199,7 +198,6 @@ def read_rows(path: Path) -> list[dict]:
     """The rows of one chapter file ([] when absent)."""
     path = Path(path)
     return json.loads(path.read_text()) if path.is_file() else []
-
 
 
 def ledger_document(rows: list[dict]) -> dict:

@@ -36,7 +36,6 @@ class SettingError(ValueError):
     """A setting has a value the project cannot use; the message names the setting and the remedy."""
 
 
-
 def cache_dir() -> Path:
     """The cache folder (created if missing and the parent is writable).
 

@@ -254,7 +254,6 @@ def subsample_error(exact: PositionStudy, sampled: PositionStudy, form: str = "s
 COLORS = {"true": "tab:green", "mc": "tab:blue", "main": "tab:cyan", "bound": "tab:red"}
 
 
-
 def _over_lengths(study, form, statistic, column, aggregate="paper") -> np.ndarray:
     return np.stack([_per_head(study, form, statistic, L, aggregate)[:, column]
                      for L in study.lengths], 1)

@@ -12,7 +12,7 @@ stated range; "at T" means at the grid temperature closest to T on a log scale.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -136,8 +136,6 @@ def claim_intervals(profile: SensitivityProfile, **bootstrap_settings) -> dict[s
     resampling biases, so an interval may be widened to its estimate
     (:data:`normlimits.core.bootstrap.METHOD`). Empty with fewer than two windows or a profile without
     per-window sums. ``bootstrap_settings`` go to :func:`normlimits.core.bootstrap.bootstrap_values`."""
-    from dataclasses import replace
-
     sums, rows = profile.g_window_sums, profile.window_rows
     if sums is None or rows is None or sums.shape[0] < 2:
         return {}
@@ -188,8 +186,6 @@ def undecided_sentence(profile: SensitivityProfile, intervals: dict[str, dict]) 
     """For every undecided criterion of an inconclusive Figure 4 claim (issue 31 item 3): its
     interval on all windows and on the first half of them, and roughly how many windows would
     decide it (:func:`normlimits.claims.undecided_words`)."""
-    from dataclasses import replace
-
     values = claim_values(curves(profile))
     windows = 0 if profile.g_window_sums is None else int(profile.g_window_sums.shape[0])
     half = windows // 2

@@ -36,8 +36,7 @@ from normlimits.core.settings import MODEL_ENV
 from normlimits.model.errors import ModelError, UnsupportedModelError
 from normlimits.model.pretrained import (
     GPT2_RANDOM, PAPER_MODEL, RANDOM_WEIGHTS_SEED, REAL_OFFLINE, STANDIN, STANDIN_ROPE, LoadedModel,
-    _eager, _named, byte_decode, byte_encode, load_pretrained)
-
+    byte_decode, byte_encode, load_pretrained, named_setting, with_eager_attention)
 
 
 def gpt2_random(seed: int = RANDOM_WEIGHTS_SEED, where: Placement | None = None) -> LoadedModel:
@@ -53,7 +52,7 @@ def gpt2_random(seed: int = RANDOM_WEIGHTS_SEED, where: Placement | None = None)
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(GPT2Config(attn_implementation="eager"))
     model.to(device=where.device, dtype=where.dtype)
-    return LoadedModel(model=_eager(model), name=GPT2_RANDOM,
+    return LoadedModel(model=with_eager_attention(model), name=GPT2_RANDOM,
                        source=f"random weights (seed {seed}), GPT-2 124M configuration",
                        encode=byte_encode, decode=byte_decode,
                        tokenizer_kind="bytes (UTF-8), timing only",
@@ -124,7 +123,7 @@ def load_model(name: str | None = None, *, origin: str = MODEL_ENV, device: str 
     """
     where = placement(device, dtype)
     if name is not None and not name.strip():
-        raise ModelError(f"{_named(origin, name)} is empty: name a model (gpt2, {REAL_OFFLINE}, "
+        raise ModelError(f"{named_setting(origin, name)} is empty: name a model (gpt2, {REAL_OFFLINE}, "
                          f"standin, a folder or a .gguf file), or leave {origin} out for the default.")
     setting = name if name is not None else os.environ.get(MODEL_ENV, "")
     setting = setting.strip()

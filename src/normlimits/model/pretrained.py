@@ -169,15 +169,15 @@ def positions_of(config) -> str:
     return kind or "unknown"
 
 
-def _eager(model: torch.nn.Module) -> torch.nn.Module:
+def with_eager_attention(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` switched to eager attention (the path capture reads) and put in eval mode."""
     model.set_attn_implementation("eager")
     if model.config._attn_implementation != "eager":
         raise RuntimeError("could not switch the model to eager attention")
     return model.eval()
 
 
-
-def _named(origin: str, setting: str) -> str:
+def named_setting(origin: str, setting: str) -> str:
     """How an error names the value: ``NORMLIMITS_MODEL='x'`` or ``--model='x'``."""
     return f"{origin}={setting!r}"
 
@@ -193,14 +193,14 @@ def check_supported(model: torch.nn.Module, setting: str, origin: str = MODEL_EN
               f"(gpt2, gpt_neox/Pythia, llama, qwen2, opt, ...); set {origin} to one of those.")
     reason = config_refusal(model.config)
     if reason:
-        raise UnsupportedModelError(f"{_named(origin, setting)} is a {family!r} model, whose "
+        raise UnsupportedModelError(f"{named_setting(origin, setting)} is a {family!r} model, whose "
                                     f"attention applies {reason}: not supported. {remedy}")
     try:
         layer_scales(model, length=4)
     except UnsupportedModelError as exc:
-        raise UnsupportedModelError(f"{_named(origin, setting)}: {exc} {remedy}") from None
+        raise UnsupportedModelError(f"{named_setting(origin, setting)}: {exc} {remedy}") from None
     if not getattr(model.config.get_text_config(), "max_position_embeddings", None):
-        raise UnsupportedModelError(f"{_named(origin, setting)} is a {family!r} model without "
+        raise UnsupportedModelError(f"{named_setting(origin, setting)} is a {family!r} model without "
                                     f"max_position_embeddings in its configuration. {remedy}")
 
 
@@ -220,7 +220,7 @@ def _tokenizer_for(source: str, setting: str, origin: str = MODEL_ENV) -> tuple[
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as exc:
-        raise ModelError(f"{_named(origin, setting)}: the model loaded but no tokenizer was found "
+        raise ModelError(f"{named_setting(origin, setting)}: the model loaded but no tokenizer was found "
                          f"with it ({exc}). {remedy}") from exc
 
     def encode(text: str) -> list[int]:
@@ -228,7 +228,7 @@ def _tokenizer_for(source: str, setting: str, origin: str = MODEL_ENV) -> tuple[
 
     if len(tokenizer) < 2 or not encode("The attention heads."):
         # transformers 5 builds an empty tokenizer, silently, where no tokenizer files exist
-        raise ModelError(f"{_named(origin, setting)}: the model loaded but no tokenizer was found "
+        raise ModelError(f"{named_setting(origin, setting)}: the model loaded but no tokenizer was found "
                          f"with it (the tokenizer in {source} is empty). {remedy}")
 
     def decode(ids: list[int]) -> str:
@@ -264,7 +264,7 @@ def check_model_folder(folder: Path, setting: str, origin: str = MODEL_ENV) -> N
     Safetensors headers are opened (cheap: the header only) so that an empty, truncated or random
     file is named here rather than failing deep inside transformers.
     """
-    named = _named(origin, setting)
+    named = named_setting(origin, setting)
     save = "Point it at a folder written by model.save_pretrained(...), or use gpt2 or standin."
     if not (folder / "config.json").is_file():
         raise ModelError(f"{named} is a directory without a model (no config.json in {folder}). {save}")
@@ -313,7 +313,7 @@ def load_pretrained(source: str, setting: str | None = None, *, origin: str = MO
     from transformers import AutoModelForCausalLM
 
     setting = source if setting is None else setting
-    named = _named(origin, setting)
+    named = named_setting(origin, setting)
     where = where or placement()
     path = Path(source).expanduser()
     looks_like_path = source.startswith((".", "/", "~")) or source.count("/") > 1
@@ -360,7 +360,7 @@ def load_pretrained(source: str, setting: str | None = None, *, origin: str = MO
             f"or set {origin}=standin to use the project's offline stand-in.") from exc
     if not where.device_map:
         model.to(where.device)
-    model = _eager(model)
+    model = with_eager_attention(model)
     check_supported(model, setting, origin)
     encode, kind, decode = _tokenizer_for(source, setting, origin)
     return LoadedModel(model=model, name=setting, source=where_from, encode=encode,
