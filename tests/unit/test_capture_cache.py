@@ -80,6 +80,8 @@ def test_the_key_follows_weights_scales_corpus_length_and_count(tiny_loaded, cac
     assert cc.capture_key(tiny_loaded, corpus, 16, 2) != base
     assert cc.capture_key(tiny_loaded, corpus, 32, 3) != base
     assert cc.capture_key(tiny_loaded, _corpus(TEXT + "!"), 32, 2) != base
+    assert cc.capture_key(tiny_loaded, corpus, 32, 2, 0.0) == base and "shift" not in base
+    assert cc.capture_key(tiny_loaded, corpus, 32, 2, 0.5) == {**base, "shift": 0.5}
     with torch.no_grad():
         tiny_loaded.model.transformer.h[1].mlp.c_fc.weight[0, 0] += 1e-3
     assert cc.capture_key(tiny_loaded, corpus, 32, 2)["model_sha256"] != base["model_sha256"]

@@ -62,6 +62,20 @@ def test_window_starts_are_deterministic_and_in_range():
     assert bool((starts[1:] > starts[:-1]).all())
 
 
+def test_shifted_windows_lie_between_the_default_ones():
+    """shift = 0.5 moves every window by half the spacing: other parts of the text, disjoint from
+    the default windows when the spacing exceeds twice the length."""
+    default, shifted = window_starts(100_000, 1024, 8), window_starts(100_000, 1024, 8, shift=0.5)
+    assert torch.equal(window_starts(100_000, 1024, 8, shift=0.0), default)
+    spacing = (100_000 - 1024) / 8
+    assert ((shifted - default).double() - spacing / 2).abs().max() <= 1
+    assert int(shifted.max()) <= 100_000 - 1024
+    ends = default + 1024
+    assert bool((shifted >= ends).all()) and bool((shifted[:-1] + 1024 <= default[1:]).all())
+    with pytest.raises(ValueError, match="in \\[0, 1\\)"):
+        window_starts(100_000, 1024, 8, shift=1.0)
+
+
 def test_token_windows_cut_the_tokenised_text(tiny_loaded):
     corpus = load_corpus()
     windows = token_windows(tiny_loaded, corpus, 64, 3)

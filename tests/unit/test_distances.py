@@ -367,7 +367,7 @@ def test_enumerated_expectation_accepts_exactly_max_subsets():
     assert float(exact) == pytest.approx(exact_expectation(w[0, 0].numpy(), x[0].numpy(), 3))
 
 
-def test_accumulate_adds_the_fields_present_in_float64_and_skips_the_absent():
+def test_accumulate_keeps_each_windows_fields_present_in_float64_and_skips_the_absent():
     w, x = causal_rows((2,), [5], 5, 2, seed=4)
     prof = D.distance_profile(w.float(), x.float(), [1, 2], expectation=False, bounds=True)
     acc = {}
@@ -375,12 +375,14 @@ def test_accumulate_adds_the_fields_present_in_float64_and_skips_the_absent():
     D._accumulate(acc, prof)
     assert set(acc) == {"true", "norm_of_sum", "top_n_mass", "context_norm", "individual_sum",
                         "d1", "x_max", "bound_linear", "bound_cauchy"}
-    assert all(v.dtype == torch.float64 for v in acc.values())
-    torch.testing.assert_close(acc["d1"], 2 * prof.d1.double())
+    assert all(len(v) == 2 and v[0].dtype == torch.float64 for v in acc.values())
+    torch.testing.assert_close(acc["d1"][1], prof.d1.double())
+    ones = torch.ones(2, dtype=torch.float64)
+    torch.testing.assert_close(D._window_mean(torch.stack(acc["d1"]), ones), prof.d1.double())
     full = D.distance_profile(w, x, [1, 2])
     acc = {}
     D._accumulate(acc, full)
-    torch.testing.assert_close(acc["expected_upper"], full.expected_main + full.jensen_bound)
+    torch.testing.assert_close(acc["expected_upper"][0], full.expected_main + full.jensen_bound)
 
 
 def test_sweep_rows_of_length_one_and_bad_length_lists():

@@ -136,7 +136,12 @@ def test_corpus_label_names_war_and_peace_without_its_front_matter():
     label = corpus_label(Corpus(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(),
                                 source="/somewhere/war-and-peace.txt"))
     assert label.startswith("Tolstoy, War and Peace (local file war-and-peace.txt")
-    other = corpus_label(Corpus(text="Call me Ishmael.", sha256="0" * 64, source="x.txt"))
+    moby = corpus_label(Corpus(text="Call me Ishmael.", sha256="0" * 64, source="x.txt"))
+    assert moby.startswith("Melville, Moby-Dick (local file x.txt")
+    austen = corpus_label(Corpus(text="It is a truth universally acknowledged, that",
+                                 sha256="0" * 64, source="p.txt"))
+    assert austen.startswith("Austen, Pride and Prejudice")
+    other = corpus_label(Corpus(text="Once upon a time.", sha256="0" * 64, source="x.txt"))
     assert other.startswith("a user-supplied text")
 
 

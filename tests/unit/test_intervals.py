@@ -275,3 +275,43 @@ def test_units_to_decide_scales_the_half_width_as_one_over_root_n():
 
 def test_a_criterion_decides_on_an_interval_object_as_on_a_pair():
     assert LE.decide(B.Interval(0.05, 0.2, 8)) == LE.decide((0.05, 0.2)) == "undecided"
+
+
+def test_bootstrap_counts_is_bootstrap_values_for_a_statistic_of_the_counts():
+    """The batched bootstrap draws the same resamples as bootstrap_values, evaluates each distinct
+    multiset of units once, and gives the same intervals, widened to the given estimates."""
+    from normlimits.core import bootstrap as B
+
+    data = torch.tensor([0.3, 1.7, -0.4, 2.2, 0.9], dtype=torch.float64)
+    seen = []
+
+    def batched(counts):
+        seen.append(counts.shape[0])
+        return {"mean": counts @ data / counts.sum(1), "top": (counts > 0).double() @ (data > 1).double()}
+
+    got = B.bootstrap_counts(5, batched, {"mean": float(data.mean()), "top": 2.0}, resamples=500, chunk=64)
+    ref = B.bootstrap_values(5, lambda idx: {"mean": float(data[idx].mean()),
+                                             "top": float((data[sorted(set(idx))] > 1).sum())},
+                             ["mean", "top"], resamples=500)
+    for key in ("mean", "top"):
+        assert got[key].low == pytest.approx(ref[key].low) and got[key].high == pytest.approx(ref[key].high)
+    assert sum(seen) < 500                                  # repeated multisets computed once
+    counts = B.resample_counts(5, 500)
+    assert torch.equal(counts.sum(1), torch.full((500,), 5.0, dtype=torch.float64))
+    wide = B.bootstrap_counts(5, batched, {"mean": 10.0, "top": 2.0}, resamples=100)
+    assert wide["mean"].high == 10.0 and wide["mean"].widened
+
+
+def test_an_exchangeable_statistic_is_evaluated_once_per_multiset():
+    data = [0.3, 1.7, -0.4]
+    calls = []
+
+    def mean(idx):
+        calls.append(tuple(idx))
+        return {"m": sum(data[i] for i in idx) / len(idx)}
+
+    plain = B.bootstrap_values(3, mean, ["m"], resamples=300)
+    calls.clear()
+    once = B.bootstrap_values(3, mean, ["m"], resamples=300, exchangeable=True)
+    assert (once["m"].low, once["m"].high) == pytest.approx((plain["m"].low, plain["m"].high))
+    assert len(calls) <= 10 + 1                     # 10 multisets of 3 units, and the estimate

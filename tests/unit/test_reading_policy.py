@@ -106,6 +106,14 @@ def test_two_disagreeing_rows_of_one_claim_on_one_model_fail_naming_both():
     # another model may differ
     elsewhere = {**old_distances, "model": "smollm2-135m (134.5M params)"}
     assert ledger.inconsistent([elsewhere, architectures]) == []
+    # and so may the same model on another text (a replication), named in the row
+    other_text = claims.make_row("F2a", chosen.values, chosen.measured, chapter="architectures",
+                                 model=MODEL, variant="standin on Moby-Dick", corpus="Moby-Dick")
+    assert other_text["corpus"] == "Moby-Dick"
+    assert ledger.inconsistent([architectures, other_text]) == []
+    same_text = {**other_text, "variant": "standin on Moby-Dick, again"}
+    found = ledger.inconsistent([{**architectures, "corpus": "Moby-Dick"}, same_text])
+    assert len(found) == 1 and "(Moby-Dick)" in found[0]
 
 
 def test_the_verdicts_page_counts_a_chosen_reading_apart():

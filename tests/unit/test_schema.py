@@ -223,7 +223,7 @@ def test_2_0_adds_inconclusive_and_the_intervals(ledger_doc):
     """2.0 (issue 31): intervals on criteria and rows, their resampling, and the verdict
     inconclusive (a new value in a closed list, hence a major version). A 1.2 document stays
     valid under 1.2 and refuses the new fields there."""
-    assert schema.SCHEMA_VERSION == "2.0" and "2.0" in schema.versions()
+    assert "2.0" in schema.versions()
     row = _interval_row()
     head = next(c for c in row["criteria"] if c["key"] == row["headline"])
     assert head["interval"] == [-1.2, -0.8] and head["decision"] in ("pass", "fail", "undecided")
@@ -245,3 +245,30 @@ def test_2_0_adds_inconclusive_and_the_intervals(ledger_doc):
     assert schema.problems(bad, "ledger") == [], "inconclusive is a verdict of 2.0"
     bad["schema_version"] = "1.2"
     assert any("verdict" in p for p in schema.problems(bad, "ledger"))
+
+
+def test_2_1_adds_intervals_to_the_readings_entries_and_the_rows_corpus(ledger_doc):
+    """2.1 (issue 31): an entry of ``readings`` may carry its criteria's intervals, its verdict
+    graded on them, and a row may name the text its windows came from (``corpus``); new optional
+    fields, so a minor version, both refused by 2.0."""
+    from normlimits.core.bootstrap import Interval
+    from normlimits.experiments import reading_table as RT
+
+    assert schema.SCHEMA_VERSION == "2.1" and "2.1" in schema.versions()
+    reading = RT.Reading("scaled")
+    table = [RT.ReadingRow(reading=reading, n=5, length=1024, ratio=1.9, ratio_mc_error=0.0,
+                           exp_true=1.0, exp_expected=1.0, search=None, fraction={0.01: 0.06},
+                           spread={0.01: 1.0}, windows=8)]
+    (own,) = RT.gradings(table, "F2a", paper_model=False,
+                         intervals={reading.label: {"F2a": {"close": Interval(1.5, 2.5, 8)}}})
+    row = claims.make_row("F2a", chapter="distances", model="m", **own.kwargs())
+    assert row["readings"][0]["intervals"] == {"close": [1.5, 2.5]}
+    new = {**copy.deepcopy(ledger_doc), "schema_version": "2.1", "rows": [row]}
+    assert schema.problems(new, "ledger") == []
+    old = {**copy.deepcopy(new), "schema_version": "2.0"}
+    assert any("intervals" in p for p in schema.problems(old, "ledger"))
+    elsewhere = claims.make_row("F2a", chapter="architectures", model="m", corpus="Moby-Dick",
+                                **{**own.kwargs(), "variant": "m on Moby-Dick"})
+    new = {**copy.deepcopy(ledger_doc), "schema_version": "2.1", "rows": [elsewhere]}
+    assert schema.problems(new, "ledger") == []
+    assert any("corpus" in p for p in schema.problems({**new, "schema_version": "2.0"}, "ledger"))

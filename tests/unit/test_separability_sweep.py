@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from normlimits.core.bootstrap import resample_indices
 from normlimits.metrics import separability as S
 from normlimits.experiments import separability_curves as C
 from normlimits.experiments import separability_sweep as SW
@@ -280,3 +281,108 @@ def test_multihead_statistics_numbers():
     assert math.isclose(st["rate_ratio"], float(tab["other_rate"][sel].mean() / tab["p"][sel].mean()))
     assert math.isclose(st["dependence"], float((tab["coverage"] - tab["null"])[sel].abs().max()))
     assert st["bernoulli"] < 0.05
+
+
+LONG_GRID = [1, 2, 3, 4, 6, 8, 12, 16]
+
+
+@pytest.fixture(scope="module")
+def three_windows():
+    caps = [fake_capture(s, length=40) for s in (31, 32, 33)]
+    sweep = SW.separability_sweep(caps, LONG_GRID, kinds=("values", "uniform"), entropy=True, head_sets=(2,),
+                                  subsets={"last": [39]}, temperatures=(0.5, 1.0, 2.0),
+                                  temperature_rows=[10, 20, 39], detail_rows=[5, 20, 39])
+    return caps, sweep
+
+
+def test_a_sweep_keeps_each_windows_moments_and_resamples_them(three_windows):
+    """The means are pooled over every (window, row) sample; a resample pools the drawn windows'
+    samples (a window drawn twice counts twice), and drawing every window once is the sweep."""
+    caps, sweep = three_windows
+    same = sweep.resampled(range(3))
+    for name in ("fraction", "upper_exponential", "temperature"):
+        for key, value in getattr(sweep, name).items():
+            assert torch.equal(getattr(same, name)[key], value), (name, key)
+    assert torch.equal(same.entropy, sweep.entropy)
+    assert torch.equal(same.subsets["last"]["fraction"], sweep.subsets["last"]["fraction"])
+    alone = SW.separability_sweep(caps[2:], LONG_GRID, kinds=("values",), entropy=True,
+                                  detail_rows=[5, 20, 39])
+    twice = sweep.resampled([2, 2])
+    torch.testing.assert_close(twice.entropy, alone.entropy)
+    torch.testing.assert_close(twice.fraction["values"], alone.fraction["values"])
+    torch.testing.assert_close(twice.upper_exponential["values"], alone.upper_exponential["values"])
+    assert torch.equal(sweep.resampled([0, 2]).delta["values"], sweep.delta["values"][[0, 2]])
+    assert torch.equal(same.rank_hits, sweep.rank_hits) and torch.equal(same.rank_rows, sweep.rank_rows)
+    alone_hits = SW.separability_sweep(caps[1:2], LONG_GRID, kinds=("values",), head_sets=(2,),
+                                       detail_rows=[5, 20, 39])
+    assert torch.equal(sweep.resampled([1, 1]).rank_hits, 2 * alone_hits.rank_hits)
+    assert torch.equal(sweep.resampled([1, 1]).rank_rows, 2 * alone_hits.rank_rows)
+    for key in ("own", "other_rate"):
+        torch.testing.assert_close(sweep.resampled([1]).sharing[key], alone_hits.sharing[key])
+    with pytest.raises(ValueError, match="window indices"):
+        sweep.resampled([3])
+    with pytest.raises(ValueError, match="no per-window moments"):
+        SW.SeparabilitySweep(n_grid=sweep.n_grid, kinds=("values",), windows=1).resampled([0])
+
+
+def test_separability_intervals_bootstrap_the_chapters_statistics(three_windows):
+    _, sweep = three_windows
+    kw = dict(knee=4, tolerance=0.02, band=(0.7, 0.8))
+    values = C.window_statistics(sweep, **kw)
+    assert set(values) == {"F3", "S80", "MON", "TSEP"} and set(values["F3"]) == set(C.F3_KEYS)
+    got = C.separability_intervals(sweep, resamples=200, **kw)
+    for cid, keys in got.items():
+        for key, iv in keys.items():
+            assert iv.low <= values[cid][key] <= iv.high and iv.n == 3 and iv.unit == "window"
+    largest = got["S80"]["largest_head"]
+    draws = []
+    for row in resample_indices(3, 200).tolist():
+        per_head = sweep.resampled(row).fraction["values"].reshape(-1, len(LONG_GRID)).numpy()
+        draws.append(C.largest_after(LONG_GRID, per_head, 4))
+    low, high = np.quantile(draws, [0.025, 0.975])
+    assert largest.low == pytest.approx(min(low, values["S80"]["largest_head"]))
+    assert largest.high == pytest.approx(max(high, values["S80"]["largest_head"]))
+    multi = C.separability_intervals(sweep, head_sets={None: 2, "pairs": 2}, resamples=40,
+                                     only=["MH.gap", "MHP@pairs.rate_ratio"], **kw)
+    full = C.multihead_statistics(sweep, 2, 4)
+    assert multi["MH"]["gap"].low <= full["gap"] <= multi["MH"]["gap"].high
+    assert multi["MHP@pairs"]["rate_ratio"].low <= full["rate_ratio"] <= multi["MHP@pairs"]["rate_ratio"].high
+    numbers = C.window_statistics(sweep, head_sets={None: 2}, **kw)
+    assert numbers["MH"] == {"gap": full["gap"]}
+    assert numbers["MHP"] == {k: full[k] for k in ("rate_ratio", "dependence")}
+    part = C.separability_intervals(sweep, windows=2, only=["F3.level"], resamples=50, **kw)
+    assert list(part) == ["F3"] and list(part["F3"]) == ["level"] and part["F3"]["level"].n == 2
+    with pytest.raises(ValueError, match="between 2"):
+        C.separability_intervals(sweep, windows=4, **kw)
+
+
+def test_a_moment_first_seen_in_a_later_window_counts_nothing_in_the_earlier_ones():
+    moments = SW._Moments()
+    moments.add("a", 0, 1, torch.ones(2, 3, 1))
+    moments.end_window()
+    moments.add("a", 0, 1, 3 * torch.ones(2, 3, 1))
+    moments.add("b", 0, 1, 5 * torch.ones(2, 3, 1))
+    moments.end_window()
+    stacks = moments.window_stacks()
+    assert stacks["b"][0].shape[0] == 2 and float(stacks["b"][0][0].sum()) == 0.0
+    torch.testing.assert_close(moments.mean("a"), torch.full((1, 2, 1), 2.0, dtype=torch.float64))
+    torch.testing.assert_close(moments.mean("b"), torch.full((1, 2, 1), 5.0, dtype=torch.float64))
+
+
+def test_the_intervals_are_only_on_measured_criteria(three_windows):
+    """Every interval separability_intervals gives belongs to a measured criterion of its claim's
+    rule (an identity takes none: the ledger refuses it)."""
+    from normlimits import claims
+
+    _, sweep = three_windows
+    got = C.separability_intervals(sweep, knee=4, tolerance=0.02, band=(0.7, 0.8),
+                                   head_sets={None: 2, "pairs": 2}, resamples=20)
+    for cid, keys in got.items():
+        rule = claims.claim(cid.split("@")[0]).rule
+        kinds = {c.key: c.kind for c in rule.criteria}
+        assert all(kinds[k] == "measurement" for k in keys), (cid, keys)
+
+
+def test_a_sweep_of_one_window_gives_no_interval():
+    sweep = SW.separability_sweep([fake_capture(41, length=40)], LONG_GRID, kinds=("values",))
+    assert C.separability_intervals(sweep, knee=4, tolerance=0.02, band=(0.7, 0.8)) == {}

@@ -125,10 +125,12 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
            loader: Callable[[str], object] | None = None, max_length: int = MAX_LENGTH,
            yardsticks: Sequence[str] | None = None,
            say: Callable[[str], None] = lambda message: None,
-           windows_of: dict[str, int] | None = None) -> Iterator[Surveyed | Skipped]:
+           windows_of: dict[str, int] | None = None,
+           shift: float = 0.0) -> Iterator[Surveyed | Skipped]:
     """Load each model in turn (only one in memory at a time), run the audit's yardsticks on
     ``window_count`` windows (``windows_of[name]`` where given, at most ``window_count``) of
-    L = min(its context, ``max_length``) tokens of ``corpus``, and yield a :class:`Surveyed`; a
+    L = min(its context, ``max_length``) tokens of ``corpus`` (their starts moved by ``shift`` of
+    their spacing: :func:`normlimits.model.corpus.window_starts`), and yield a :class:`Surveyed`; a
     model whose loader raises (an unknown id, not available offline, an unsupported family, a
     damaged folder) yields a :class:`Skipped` with the message."""
     from normlimits.audit.command import GLOBAL_SEED, model_label, run_audit
@@ -144,12 +146,12 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
             continue
         length = min(int(loaded.max_positions), int(max_length))
         count = min(window_count, (windows_of or {}).get(name, window_count))
-        windows = token_windows(loaded, corpus, length, count)
+        windows = token_windows(loaded, corpus, length, count, shift=shift)
         config = AuditConfig(length=length, paper_model=bool(loaded.is_paper_model))
         torch.manual_seed(GLOBAL_SEED)  # as `normlimits audit` does: the same rows for the same model
         # the book's capture cache: a model the chapters ran on is not captured twice
         run = run_audit(loaded, windows, config, yardsticks=yardsticks, say=say,
-                        captures=cached_captures(loaded, corpus, length, count))
+                        captures=cached_captures(loaded, corpus, length, count, shift))
         cfg = loaded.model.config
         yield Surveyed(name=name, label=model_label(loaded), family=loaded.family,
                        positions=positions_of(cfg), layers=loaded.n_layers, heads=loaded.n_heads,

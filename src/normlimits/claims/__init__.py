@@ -96,7 +96,8 @@ def readings_words(row: Mapping) -> str:
         return ""
     key = row["headline"]
     items = [f"{r['reading']}{' (primary)' if r.get('primary') else ''}: {r['verdict']} "
-             f"({key} = {_number(r['values'].get(key))})" for r in found]
+             f"({key} = {_number(r['values'].get(key)) if key not in r.get('intervals', {}) else with_interval(r['values'][key], r['intervals'][key], 4)})"
+             for r in found]
     return "Under each reading tried: " + "; ".join(items) + "."
 
 
@@ -165,7 +166,8 @@ class Graded:
 def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chapter: str,
              model: str, variant: str | None = None, reason: str | None = None,
              reading: str | None = None, readings: list[dict] | None = None,
-             selection: Mapping | None = None, intervals: Mapping | None = None) -> dict:
+             selection: Mapping | None = None, intervals: Mapping | None = None,
+             corpus: str | None = None) -> dict:
     """The ledger row of claim ``claim_id`` graded on ``values`` by its registered rule, validated
     (:func:`normlimits.claims.ledger.validate_row`) but not written anywhere.
 
@@ -198,6 +200,8 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
     if selection:
         row["selection"] = {"tried": int(selection["tried"]),
                             "reproducing": list(selection["reproducing"])}
+    if corpus:
+        row["corpus"] = corpus
     resampling = _resampling(claim_id, intervals)
     if resampling:
         row["resampling"] = resampling
@@ -240,7 +244,7 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
            variant: str | None = None, model: str | None = None, reason: str | None = None,
            reading: str | None = None, readings: list[dict] | None = None,
            selection: Mapping | None = None, intervals: Mapping | None = None,
-           glue: bool = True) -> Graded:
+           corpus: str | None = None, glue: bool = True) -> Graded:
     """Grade ``values`` by claim ``claim_id``'s registered rule and write its ledger row.
 
     Args:
@@ -260,6 +264,9 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
         intervals: criterion key -> :class:`normlimits.core.bootstrap.Interval` of that statistic; a
             criterion then holds or fails only when its whole interval does, and a verdict an
             undecided criterion could change is "inconclusive" (:meth:`Rule.grade`).
+        corpus: the text the windows came from, when it is not the book's corpus (a replication
+            on another text or other windows; rows of one claim on one model are compared per
+            corpus, :func:`normlimits.claims.ledger.inconsistent`).
         glue: also glue ``verdict_<id>`` (``verdict_<id>_<variant>``) for the chapter's prose.
 
     Returns the :class:`Graded` row (display it to show the rule on the page).
@@ -268,7 +275,7 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
     model = model or (None if isinstance(ctx, str) else ctx.model_label)
     row = make_row(claim_id, values, measured, chapter=chapter, model=model, variant=variant,
                    reason=reason, reading=reading, readings=readings, selection=selection,
-                   intervals=intervals)
+                   intervals=intervals, corpus=corpus)
     ledger.write_row(row)
     if glue:
         from normlimits.core.glued import glue as glue_value
@@ -313,6 +320,29 @@ def undecided_words(values: Mapping[str, Mapping], intervals: Mapping[str, Mappi
                    f"of {unit} decides it under this rule" if need == math.inf else
                    f"if the interval narrows as 1/√n, about {need:.0f} {unit} would decide it"))
     return parts
+
+
+def undecided_criteria(rows) -> dict[str, list[str]]:
+    """``{claim id: [criterion keys]}``: the undecided criteria of the inconclusive rows among
+    ``rows`` (ledger rows; a claim's own rows only, not its labelled variants)."""
+    return {r["id"]: [c["key"] for c in r["criteria"] if c.get("decision") == "undecided"]
+            for r in rows if not r.get("variant") and r["verdict"] == "inconclusive"
+            and any(c.get("decision") == "undecided" for c in r["criteria"])}
+
+
+def undecided_sentence(rows, half_intervals: Mapping[str, Mapping], *, on_threshold: str,
+                       none: str) -> str:
+    """:func:`undecided_words` for the inconclusive rows among ``rows`` (ledger rows), with the
+    intervals they record and ``half_intervals`` (claim -> key -> Interval on the first half of the
+    units), as one sentence; ``none`` when no row is inconclusive."""
+    undecided = undecided_criteria(rows)
+    if not undecided:
+        return none
+    own = {r["id"]: r for r in rows if not r.get("variant") and r["id"] in undecided}
+    values = {cid: {c["key"]: c["value"] for c in r["criteria"]} for cid, r in own.items()}
+    intervals = {cid: recorded_intervals(r) for cid, r in own.items()}
+    parts = undecided_words(values, intervals, half_intervals, on_threshold=on_threshold)
+    return "How many windows would decide it: " + "; ".join(parts) + "."
 
 
 def registered_row(row: Mapping) -> dict:

@@ -93,11 +93,12 @@ def validate_row(row: dict) -> dict:
 
 def _check_readings(row: dict) -> None:
     """Each entry of a row's ``readings`` must carry the verdict the row's own rule gives its
-    values, and a row without ``selection`` must rest on the entry marked primary (if any)."""
+    values (and their intervals, where it records them), and a row without ``selection`` must
+    rest on the entry marked primary (if any)."""
     found = row.get("readings") or []
     rule = Rule.from_row(row) if found else None
     for entry in found:
-        again = rule.grade(entry["values"])
+        again = rule.grade(entry["values"], entry.get("intervals"))
         if again != entry["verdict"]:
             raise ValueError(f"ledger row {row['id']!r}: under reading {entry['reading']!r} the "
                              f"verdict {entry['verdict']!r} does not follow from its values, which "
@@ -143,13 +144,15 @@ def _variant_words(row: dict) -> str:
 def row_words(row: dict) -> str:
     """A row named for an error message: chapter, id, variant, model, verdict and reading."""
     reading = f" under {row['reading']!r}" if row.get("reading") else ""
+    text = f" ({row['corpus']})" if row.get("corpus") else ""
     return (f"{row['chapter']}:{row['id']}{_variant_words(row) or ' (no variant)'} on "
-            f"{row['model']!r}: {row['verdict']}{reading}")
+            f"{row['model']!r}{text}: {row['verdict']}{reading}")
 
 
 def inconsistent(rows: list[dict]) -> list[str]:
-    """Every pair of rows of one claim on one model (same ``id``, same ``model``) whose verdicts
-    disagree without a label saying why, as a sentence naming both rows and the remedy.
+    """Every pair of rows of one claim on one model and text (same ``id``, ``model`` and
+    ``corpus``: a replication on another text or other windows is a different measurement) whose
+    verdicts disagree without a label saying why, as a sentence naming both rows and the remedy.
 
     Rows of one claim on one model, wherever recorded (its chapter, the architectures chapter's
     per-model rows, a replay), are the claim's verdict on that model and must agree, unless one is
@@ -163,7 +166,7 @@ def inconsistent(rows: list[dict]) -> list[str]:
     for row in rows:
         if row.get("selection"):
             continue
-        earlier = seen.setdefault((row["id"], row["model"]), [])
+        earlier = seen.setdefault((row["id"], row["model"], row.get("corpus")), [])
         for other in earlier:
             if (other["verdict"] != row["verdict"]
                     and not row_possible_verdicts(other) & row_possible_verdicts(row)):

@@ -30,6 +30,10 @@ was chosen among several: how many were tried and which reproduce).
 ``decision`` (pass, fail or undecided over the whole interval), on the row the headline's
 ``interval`` and the ``resampling`` that produced the intervals (method, unit, n, resamples,
 level, seed). A 1.x file validates against its own version's schemas as before.
+2.1 (issue 31, intervals for the distances claims, replication on other texts): an optional
+``intervals`` on each entry of a row's ``readings`` (the criteria's intervals under that reading,
+its verdict graded on them), and an optional row field ``corpus`` (the text a row's windows came
+from, when it is not the book's corpus).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ __all__ = ["SCHEMA_VERSION", "DOCUMENTS", "SchemaError", "schema_root", "version
            "problems", "validate", "read_document"]
 
 #: the version every file is written with now
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"
 #: the documents with a schema (``<name>.schema.json``); ``row`` is their shared row format
 DOCUMENTS = ("audit", "ledger", "compare")
 ROW = "row"

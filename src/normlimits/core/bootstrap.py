@@ -36,8 +36,8 @@ import torch
 from torch import Tensor
 
 __all__ = ["RESAMPLES", "LEVEL", "SEED", "UNITS", "Interval", "resample_indices",
-           "bootstrap_interval", "bootstrap_values", "median_of_means", "mean_of_means",
-           "units_to_decide"]
+           "resample_counts", "bootstrap_interval", "bootstrap_values", "bootstrap_counts",
+           "median_of_means", "mean_of_means", "units_to_decide"]
 
 #: resamples per interval (issue 31 asks for at least 2,000)
 RESAMPLES = 2000
@@ -136,19 +136,26 @@ def _hull(low: float, high: float, estimate: float, **settings) -> Interval:
 
 
 def bootstrap_values(n: int, values_of: Callable[[list[int]], dict], keys, *, unit: str = "window",
-                     resamples: int = RESAMPLES, level: float = LEVEL,
-                     seed: int = SEED) -> dict[str, Interval]:
+                     resamples: int = RESAMPLES, level: float = LEVEL, seed: int = SEED,
+                     exchangeable: bool = False) -> dict[str, Interval]:
     """Percentile intervals of several statistics computed from the same resamples of ``n``
     units: ``values_of(indices)`` gets one resample's unit indices (a list of n, with repeats)
     and returns a dict holding a number (or None/NaN: left out) for each of ``keys``. Returns
     ``{key: Interval}`` for every key with at least one number, each widened to contain its
-    statistic on all units (``values_of(range(n))``; :data:`METHOD`)."""
+    statistic on all units (``values_of(range(n))``; :data:`METHOD`). ``exchangeable``: the
+    statistics depend only on which units were drawn and how often, not on their order, so each
+    distinct multiset is evaluated once (with few units most resamples repeat one)."""
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1) (got {level})")
     keys = list(keys)
     drawn = {k: [] for k in keys}
+    memo: dict = {}
     for row in resample_indices(n, resamples, seed).tolist():
-        got = values_of(row)
+        if exchangeable:
+            multiset = tuple(sorted(row))
+            got = memo[multiset] if multiset in memo else memo.setdefault(multiset, values_of(list(multiset)))
+        else:
+            got = values_of(row)
         for k in keys:
             v = got[k]
             if v is not None and v == v:
@@ -162,6 +169,48 @@ def bootstrap_values(n: int, values_of: Callable[[list[int]], dict], keys, *, un
                                        torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
             estimate = estimates[k]
             estimate = float("nan") if estimate is None else float(estimate)
+            out[k] = _hull(low, high, estimate, n=int(n), unit=unit, resamples=int(resamples),
+                           level=float(level), seed=int(seed))
+    return out
+
+
+def resample_counts(n: int, resamples: int = RESAMPLES, seed: int = SEED) -> Tensor:
+    """How often each of ``n`` units is drawn in each resample, float64 [resamples, n] (the
+    resamples of :func:`resample_indices`, same seed, same draws; each row sums to ``n``)."""
+    index = resample_indices(n, resamples, seed)
+    return torch.zeros(resamples, n, dtype=torch.float64).scatter_add_(
+        1, index, torch.ones_like(index, dtype=torch.float64))
+
+
+def bootstrap_counts(n: int, values_of: Callable[[Tensor], dict], estimates: dict, *,
+                     unit: str = "window", resamples: int = RESAMPLES, level: float = LEVEL,
+                     seed: int = SEED, chunk: int = 100) -> dict[str, Interval]:
+    """:func:`bootstrap_values` for statistics of the counts, computed for many resamples at once:
+    ``values_of`` gets the counts of up to ``chunk`` resamples (float64 [r, n],
+    :func:`resample_counts`: the same resamples as :func:`bootstrap_values` draws) and returns
+    ``{key: array [r]}`` (NaN: left out); it must depend on the counts only (each distinct row is
+    evaluated once); ``estimates``: each key's statistic on all units (as recorded), to which its
+    interval is widened (:data:`METHOD`). Returns ``{key: Interval}`` for every key of
+    ``estimates`` with at least one number."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1) (got {level})")
+    counts = resample_counts(n, resamples, seed)
+    # a statistic of the counts takes one value per distinct multiset of units: with few units
+    # most resamples repeat one (4 windows have 35 multisets), so each is computed once
+    distinct, which = torch.unique(counts, dim=0, return_inverse=True)
+    drawn: dict = {k: [] for k in estimates}
+    for start in range(0, distinct.shape[0], chunk):
+        got = values_of(distinct[start:start + chunk])
+        for k in estimates:
+            drawn[k].append(torch.as_tensor(got[k], dtype=torch.float64).reshape(-1))
+    tail = (1 - level) / 2
+    out = {}
+    for k, parts in drawn.items():
+        values = torch.cat(parts)[which]
+        values = values[~torch.isnan(values)]
+        if values.numel():
+            low, high = torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
+            estimate = float("nan") if estimates[k] is None else float(estimates[k])
             out[k] = _hull(low, high, estimate, n=int(n), unit=unit, resamples=int(resamples),
                            level=float(level), seed=int(seed))
     return out

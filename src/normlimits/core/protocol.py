@@ -328,6 +328,6 @@ CHAPTER_BUDGET_SECONDS: dict[str, float] = {
     "separability": 180.0,
     "gradients": 180.0,
     "alternatives": 180.0,
-    "architectures": 180.0,
+    "architectures": 300.0,   # the survey of three models and of the real one on three more texts
     "cost": 180.0,
 }

@@ -9,6 +9,7 @@ Shapes: studies and sweeps as in :mod:`normlimits.metrics.token_means` and :mod:
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -23,7 +24,8 @@ from normlimits.metrics.readings import row_statistics
 from normlimits.metrics.token_means import PositionStudy
 
 __all__ = ["SyntheticChecks", "synthetic_checks", "FlatGaussianCase", "flat_gaussian_case",
-           "figure2_numbers", "subsample_error", "median_curves"]
+           "figure2_numbers",
+           "subsample_error", "median_curves"]
 
 #: a Monte Carlo estimate counts as outside an interval only beyond this many standard errors
 SE_TOLERANCE = 5.0
@@ -160,11 +162,16 @@ def flat_gaussian_case(L: int = 1024, d: int = 16, n: int = FIXED_N, samples: in
                             (L - n) / L * math.sqrt(n + 1))
 
 
-def median_curves(study: PositionStudy, form: str, statistic: str, aggregate: str = "paper"
-                  ) -> np.ndarray:
-    """[m, n] the median over heads of one statistic, for every length and N of the study."""
-    return np.stack([np.median(study.per_head(form, statistic, L, aggregate).numpy(), 0)
-                     for L in study.lengths])
+def median_curves(study: PositionStudy, form: str, statistic: str, aggregate: str = "paper",
+                  columns: Sequence[int] | None = None) -> np.ndarray:
+    """[m, n] the median over heads of one statistic, for every length and N of the study (only
+    at the N-grid ``columns`` when given: [m, len(columns)])."""
+    table = {"paper": study.means, "last_row": study.last}[aggregate][form]
+    value = table.true if statistic == "true" else table.expectation(statistic)
+    value = value.reshape(-1, len(study.lengths), study.n_grid.numel())
+    if columns is not None:
+        value = value[..., list(columns)]
+    return np.median(value.numpy(), 0)
 
 
 def _per_head(study, form, statistic, length, aggregate="paper") -> np.ndarray:
@@ -172,7 +179,7 @@ def _per_head(study, form, statistic, length, aggregate="paper") -> np.ndarray:
 
 
 def figure2_numbers(study: PositionStudy, sweep_b, *, form: str = "scaled", n: int = FIXED_N,
-                    rho: float = 0.25) -> dict:
+                    rho: float = 0.25, counts: bool = True) -> dict:
     """The numbers Figure 2 and Corollary 2 are graded by, from the primary token-mean study
     (``form`` with ``mc``, ``main``, ``rms``, ``upper``) and the last-row sweep at the longest L
     with bounds (``sweep_b``, N grid holding 1, 20 and 100).
@@ -189,31 +196,41 @@ def figure2_numbers(study: PositionStudy, sweep_b, *, form: str = "scaled", n: i
     ``near_L_expected`` (median over heads of the value at the largest N < L of the grid over the
     largest value over N); ``retained`` (median over heads of d~(N = rho L)/d~(N = n)) and
     ``collapse_exp`` (exponent in L of the median head's d~(N = rho L)).
+
+    ``counts=False``: only the statistics of the windows' token-means (from ``true``, ``mc``,
+    ``main`` and ``individual``), not the Monte Carlo errors and the counts of cells breaking a
+    proven inequality (:mod:`normlimits.experiments.figure2_windows` gives those statistics
+    intervals over the windows).
     """
     grid = study.n_grid.tolist()
     lengths = np.array(study.lengths, dtype=float)
     Lmax = study.lengths[-1]
     j = grid.index(n)
-    med = {s: median_curves(study, form, s) for s in ("true", "mc", "main")}
-    at = {s: _per_head(study, form, s, Lmax) for s in ("true", "mc", "main", "rms", "upper",
-                                                        "individual", "mc_se")}
-    out = {f"exp_{s}": float(loglog_fit(lengths, med[s][:, j]).exponent) for s in med}
+    i1, i20, i100 = grid.index(1), grid.index(20), grid.index(100)
+    coll = [(L, grid.index(int(rho * L))) for L in study.lengths
+            if float(rho * L).is_integer() and int(rho * L) in grid and int(rho * L) > n]
+    # the medians over heads are needed at a few values of N only: the rest of each curve unread
+    wanted = {"true": sorted({j, i20, i100, *(k for _, k in coll)}), "mc": [j], "main": [j]}
+    med = {s: dict(zip(cols, median_curves(study, form, s, columns=cols).T))
+           for s, cols in wanted.items()}
+    at = {s: _per_head(study, form, s, Lmax) for s in (*_RESAMPLED_STATISTICS,
+                                                        *(("rms", "mc_se") if counts else ()))}
+    out = {f"exp_{s}": float(loglog_fit(lengths, med[s][j]).exponent) for s in med}
     out.update(ratio=float(np.median(at["true"][:, j] / at["mc"][:, j])),
                gap=float(np.median((at["mc"][:, j] - at["main"][:, j]) / at["main"][:, j])),
-               rms_over=float(np.median((at["rms"][:, j] - at["mc"][:, j]) / at["mc"][:, j])),
-               mc_rel_se=float(np.median(at["mc_se"][:, j] / at["mc"][:, j])),
                ratio_model=float(np.median(at["mc"][:, j] / at["individual"][:, j])))
-    m = study.means[form]
-    live = m.mc > 0
-    out["mc_rel_se_max"] = float((m.mc_se[live] / m.mc[live]).max())
-    tol = SE_TOLERANCE * m.mc_se
-    out["outside"] = int(((m.mc < m.main - tol - 1e-9 * m.main)
-                          | (m.mc > m.rms + tol + 1e-9 * m.rms)).sum())
-    out["corrected_violations"] = int(((m.mc < m.main - tol - 1e-9 * m.main)
-                                       | (m.mc > m.upper + tol + 1e-9 * m.upper)).sum())
-    i1, i20, i100 = grid.index(1), grid.index(20), grid.index(100)
-    true_L = med["true"][-1]
-    out["elasticity"] = math.log(true_L[i100] / true_L[i20]) / math.log(100 / 20)
+    if counts:
+        out.update(rms_over=float(np.median((at["rms"][:, j] - at["mc"][:, j]) / at["mc"][:, j])),
+                   mc_rel_se=float(np.median(at["mc_se"][:, j] / at["mc"][:, j])))
+        m = study.means[form]
+        live = m.mc > 0
+        out["mc_rel_se_max"] = float((m.mc_se[live] / m.mc[live]).max())
+        tol = SE_TOLERANCE * m.mc_se
+        out["outside"] = int(((m.mc < m.main - tol - 1e-9 * m.main)
+                              | (m.mc > m.rms + tol + 1e-9 * m.rms)).sum())
+        out["corrected_violations"] = int(((m.mc < m.main - tol - 1e-9 * m.main)
+                                           | (m.mc > m.upper + tol + 1e-9 * m.upper)).sum())
+    out["elasticity"] = math.log(med["true"][i100][-1] / med["true"][i20][-1]) / math.log(100 / 20)
     rel = np.median(np.abs(at["true"] - at["mc"]) / at["true"], 0)
     out["converge"] = float(rel[i100] / rel[i1])
     b_grid = sweep_b.n_grid.tolist()
@@ -223,15 +240,16 @@ def figure2_numbers(study: PositionStudy, sweep_b, *, form: str = "scaled", n: i
     for key, s in (("near_L", "true"), ("near_L_expected", "mc")):
         out[key] = float(np.median(at[s][:, below] / at[s].max(1)))
     out["near_L_n"] = grid[below]
-    coll = [(L, grid.index(int(rho * L))) for L in study.lengths
-            if float(rho * L).is_integer() and int(rho * L) in grid and int(rho * L) > n]
     jl = grid.index(int(rho * Lmax))
     out["retained"] = float(np.median(at["true"][:, jl] / at["true"][:, j]))
-    curve = [med["true"][study.lengths.index(L), k] for L, k in coll]
+    curve = [med["true"][k][study.lengths.index(L)] for L, k in coll]
     out["collapse_exp"] = float(loglog_fit([L for L, _ in coll], curve).exponent)
     out["collapse_lengths"] = len(coll)
     return out
 
+
+#: the token-mean statistics :func:`figure2_numbers` reads with ``counts=False``
+_RESAMPLED_STATISTICS = ("true", "mc", "main", "individual")
 
 def subsample_error(exact: PositionStudy, sampled: PositionStudy, form: str = "scaled",
                     statistics: Sequence[str] = ("true", "main")) -> dict:

@@ -120,10 +120,13 @@ def _median_over_heads(study: PositionStudy, form: str, statistic: str, aggregat
 
 
 def reading_rows(studies: Mapping[str, PositionStudy], readings: Sequence[Reading], *,
-                 n: int = FIXED_N, alphas: Sequence[float] = KS_ALPHAS) -> list[ReadingRow]:
+                 n: int = FIXED_N, alphas: Sequence[float] = KS_ALPHAS,
+                 search: bool = True) -> list[ReadingRow]:
     """The table's numbers for each reading, from the study of its vectors (``studies[vectors]``
-    must hold its form, expectation and aggregation, and ``n`` in its N grid)."""
-    rows = []
+    must hold its form, expectation and aggregation, and ``n`` in its N grid); ``search=False``:
+    no KS search (Figure 2a's numbers only; the rows' ``search`` is None and ``fraction``,
+    ``spread`` are empty)."""
+    rows, search_wanted = [], search
     for r in readings:
         if r.vectors not in studies:
             raise ValueError(f"no study for vectors {r.vectors!r}; studies: {list(studies)}")
@@ -138,10 +141,10 @@ def reading_rows(studies: Mapping[str, PositionStudy], readings: Sequence[Readin
         if r.expectation == "mc":
             se = study.per_head(r.form, "mc_se", L, r.aggregate)[:, j].numpy()
             error = float(np.median(se / expected))
-        search = critical_n(study, form=r.form, expectation=r.expectation, aggregate=r.aggregate,
-                            alphas=alphas)
+        search = (critical_n(study, form=r.form, expectation=r.expectation, aggregate=r.aggregate,
+                             alphas=alphas) if search_wanted else None)
         fraction, spread = {}, {}
-        for a in search.critical:
+        for a in (search.critical if search is not None else ()):
             fr = [1.0 if f is None else f for f in search.fraction(a)]
             fraction[a] = search.fraction(a)[-1]
             spread[a] = max(fr) / min(fr) if min(fr) > 0 else math.inf
@@ -193,17 +196,24 @@ def _json_number(value):
     return float(value)
 
 
-def reading_grades(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool) -> list[dict]:
+def reading_grades(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool,
+                   intervals: Mapping | None = None) -> list[dict]:
     """The claim graded by its registered rule under each reading of ``rows`` (the table, primary
     first): ``[{"reading": label, "values": {criterion key: value or None}, "verdict",
     "primary": bool}]``, one per row, the ledger's ``readings`` field. ``primary`` marks the
-    book's primary reading (:func:`readings_tried`'s first) wherever it is in ``rows``."""
+    book's primary reading (:func:`readings_tried`'s first) wherever it is in ``rows``. A reading
+    with intervals (``intervals[label][claim_id]``, as in :func:`gradings`) records them
+    (``"intervals": {key: [low, high]}``) and is graded on them."""
     rule, primary = claim(claim_id).rule, readings_tried()[0]
     out = []
     for row in rows:
         values = {k: _json_number(v) for k, v in claim_values(row, claim_id, paper_model).items()}
-        out.append({"reading": row.reading.label, "values": values, "verdict": rule.grade(values),
-                    "primary": row.reading == primary})
+        found = ((intervals or {}).get(row.reading.label) or {}).get(claim_id) or {}
+        entry = {"reading": row.reading.label, "values": values,
+                 "verdict": rule.grade(values, found or None), "primary": row.reading == primary}
+        if found:
+            entry["intervals"] = {k: [float(iv.low), float(iv.high)] for k, iv in found.items()}
+        out.append(entry)
     return out
 
 
@@ -224,7 +234,8 @@ class Grading:
     :func:`normlimits.claims.record` / ``make_row``): ``values`` one per criterion key,
     ``measured`` the text, ``reading`` the label it rests on, ``variant`` None for the claim's own
     row or :data:`CHOSEN_VARIANT`, ``readings`` (:func:`reading_grades`) and ``selection`` (None,
-    or ``{"tried": k, "reproducing": [labels]}``)."""
+    or ``{"tried": k, "reproducing": [labels]}``) and ``intervals`` (criterion key ->
+    :class:`normlimits.core.bootstrap.Interval` over the windows, or None)."""
 
     values: dict
     measured: str
@@ -232,11 +243,13 @@ class Grading:
     readings: list
     variant: str | None = None
     selection: dict | None = None
+    intervals: dict | None = None
 
     def kwargs(self) -> dict:
         """The arguments of ``claims.record``/``make_row`` after the claim id."""
         return {"values": self.values, "measured": self.measured, "reading": self.reading,
-                "readings": self.readings, "variant": self.variant, "selection": self.selection}
+                "readings": self.readings, "variant": self.variant, "selection": self.selection,
+                "intervals": self.intervals}
 
 
 def _tally(found: Sequence[ReadingRow], tried: int) -> str:
@@ -250,33 +263,45 @@ def _tally(found: Sequence[ReadingRow], tried: int) -> str:
 
 
 def gradings(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool,
-             words=measured_words, note: str = "") -> list[Grading]:
+             words=measured_words, note: str = "", intervals: Mapping | None = None) -> list[Grading]:
     """The rows to record for ``claim_id`` (``F2a`` or ``F2c``) from the reading table ``rows``
     (primary first), by the one policy of this module: first the claim's own row, graded on
     ``rows[0]`` (the book's primary reading); then, when some other reading reproduces the figure
     and the primary does not, the :data:`CHOSEN_VARIANT` row graded on the first that does, its
     ``selection`` and text naming all j of the k tried. ``words(row, claim_id, paper_model)``
     phrases one reading's numbers; ``note`` is appended to the own row's text (e.g. the audit's
-    "only the primary reading was tried")."""
+    "only the primary reading was tried"). ``intervals[reading label][claim_id]``: the criteria's
+    intervals over the windows under that reading (:func:`normlimits.experiments.figure2.
+    figure2_intervals`), given to the row graded on it; a reading without them is graded on its
+    point values (its text says so)."""
     if not rows:
         raise ValueError(f"claim {claim_id}: no reading rows to grade on")
-    grades = reading_grades(rows, claim_id, paper_model)
+    grades = reading_grades(rows, claim_id, paper_model, intervals)
     found = reproducing(rows, claim_id, paper_model)
     primary = rows[0]
     which = ("the book's primary reading" if primary.reading == readings_tried()[0]
              else primary.reading.label)
     text = (f"{words(primary, claim_id, paper_model)} under {which}; "
             f"{_tally(found, len(rows))}" + (f"; {note}" if note else ""))
-    own = Grading(claim_values(primary, claim_id, paper_model), text, primary.reading.label, grades)
+    def interval_of(row):
+        return ((intervals or {}).get(row.reading.label) or {}).get(claim_id) or None
+
+    if intervals is not None and interval_of(primary) is None:
+        text += "; no interval over the windows under this reading"
+    own = Grading(claim_values(primary, claim_id, paper_model), text, primary.reading.label, grades,
+                  intervals=interval_of(primary))
     if not found or found[0] is primary:
         return [own]
     chosen = found[0]
     labels = [r.reading.label for r in found]
     text = (f"{_tally(found, len(rows))}; graded on the first, {chosen.reading.label}: "
             f"{words(chosen, claim_id, paper_model)} (a reading chosen after trying {len(rows)}, "
-            "shown apart from the claim's own verdict)")
+            "shown apart from the claim's own verdict"
+            + ("; no interval over the windows under this reading)" if intervals is not None
+               and interval_of(chosen) is None else ")"))
     return [own, Grading(claim_values(chosen, claim_id, paper_model), text, chosen.reading.label,
-                         grades, CHOSEN_VARIANT, {"tried": len(rows), "reproducing": labels})]
+                         grades, CHOSEN_VARIANT, {"tried": len(rows), "reproducing": labels},
+                         interval_of(chosen))]
 
 
 def chosen_words(rows: Sequence[ReadingRow], claim_id: str, paper_model: bool) -> str:

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from normlimits.core.bootstrap import bootstrap_values
 from normlimits.metrics.multihead import bernoulli_heads, independent_copies
 
 __all__ = ["Plateau", "plateau", "head_plateaus", "spearman", "monitor_statistics",
            "temperature_trend", "multihead_summary", "curve_statistic", "figure3_statistics",
-           "largest_after", "multihead_statistics", "F3_KEYS", "figure3_by_protocol"]
+           "largest_after", "multihead_statistics", "F3_KEYS", "figure3_by_protocol",
+           "window_statistics", "separability_intervals"]
 
 
 @dataclass
@@ -40,35 +42,50 @@ class Plateau:
 
 def plateau(n_grid, curve, tolerance: float = 0.02) -> Plateau:
     """Fit the hinge of :class:`Plateau` to ``curve`` [G] (e.g. the median over heads of N_s/N)."""
+    c = np.asarray(curve, dtype=np.float64).reshape(1, -1)
+    fit = _plateaus(n_grid, c, tolerance)
+    return Plateau(n_stop=int(fit["n_stop"][0]), value=float(fit["value"][0]),
+                   value_at_stop=float(fit["value_at_stop"][0]),
+                   slope_before=float(fit["slope_before"][0]),
+                   slope_after=float(fit["slope_after"][0]), saturated=bool(fit["saturated"][0]),
+                   tolerance=tolerance, rms=float(fit["rms"][0]))
+
+
+def _plateaus(n_grid, curves: np.ndarray, tolerance: float) -> dict:
+    """The hinge of :class:`Plateau` fitted to each row of ``curves`` [C, G] at once: numpy
+    arrays [C] named as Plateau's fields (``value`` the plateau level)."""
     grid = torch.as_tensor(n_grid, dtype=torch.float64).flatten()
-    c = torch.as_tensor(np.asarray(curve, dtype=np.float64)).flatten()
-    if c.numel() != grid.numel():
+    c = torch.as_tensor(np.asarray(curves, dtype=np.float64))
+    if c.dim() != 2 or c.shape[1] != grid.numel():
         raise ValueError("curve and n_grid must have the same length.")
     if not tolerance > 0:
         raise ValueError("the plateau tolerance must be > 0 (a change per doubling of N).")
     keep = grid >= 2
-    x, y = torch.log2(grid[keep]), c[keep]
+    x, y = torch.log2(grid[keep]), c[:, keep]
     if x.numel() < 4:
         raise ValueError("the hinge fit needs at least 4 grid points with N >= 2.")
     if bool(torch.isnan(y).any()):
         raise ValueError("the curve has NaN at some N >= 2; measure every N of the grid first.")
-    coef, sse = _hinge_fits(x, y)                 # [B, 3], [B]: breakpoint x[1], ..., x[G-2]
-    b = 0
-    for k in range(1, len(sse)):                  # the first of (near-)equal sums of squares
-        if float(sse[k]) < float(sse[b]) - 1e-15:
-            b = k
-    sse, coef, b = float(sse[b]), coef[b], b + 1
-    n_stop = int(round(float(2 ** x[b])))
-    return Plateau(n_stop=n_stop, value=float(y[b:].mean()), value_at_stop=float(coef[0]),
-                   slope_before=float(coef[1]), slope_after=float(coef[2]),
-                   saturated=abs(float(coef[2])) <= tolerance, tolerance=tolerance,
-                   rms=math.sqrt(sse / x.numel()))
+    coef, sse = _hinge_fits(x, y)                 # [C, B, 3], [C, B]: breakpoint x[1], ..., x[G-2]
+    best = torch.zeros(y.shape[0], dtype=torch.long)
+    for k in range(1, sse.shape[1]):              # the first of (near-)equal sums of squares
+        lower = sse[:, k] < sse.gather(1, best[:, None])[:, 0] - 1e-15
+        best = torch.where(lower, torch.full_like(best, k), best)
+    rows = torch.arange(y.shape[0])
+    chosen, stop = coef[rows, best], best + 1     # breakpoint index among the points N >= 2
+    after = torch.arange(x.numel())[None, :] >= stop[:, None]
+    value = torch.where(after, y, 0.0).sum(1) / after.sum(1)
+    return {"n_stop": torch.round(2 ** x[stop]).long().numpy(), "value": value.numpy(),
+            "value_at_stop": chosen[:, 0].numpy(), "slope_before": chosen[:, 1].numpy(),
+            "slope_after": chosen[:, 2].numpy(),
+            "saturated": (chosen[:, 2].abs() <= tolerance).numpy(),
+            "rms": torch.sqrt(sse[rows, best] / x.numel()).numpy()}
 
 
 def _hinge_fits(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Least-squares hinge fits of ``y`` [G] on ``x`` [G] (float64), one per breakpoint
-    ``x[b]``, b = 1..G-2: coefficients [G-2, 3] (value at the breakpoint, slope before, slope
-    after) and sums of squared residuals [G-2].
+    """Least-squares hinge fits of each curve ``y`` [..., G] on ``x`` [G] (float64), one per
+    breakpoint ``x[b]``, b = 1..G-2: coefficients [..., G-2, 3] (value at the breakpoint, slope
+    before, slope after) and sums of squared residuals [..., G-2].
 
     Solved in closed form, not by LAPACK: the design's columns ``1``, ``u = min(x - x_b, 0)`` and
     ``v = max(x - x_b, 0)`` have ``u v = 0``, so the normal equations eliminate to
@@ -84,24 +101,25 @@ def _hinge_fits(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.T
     u, v = dx.clamp(max=0.0), dx.clamp(min=0.0)
     n = float(x.numel())
     su, sv, suu, svv = u.sum(1), v.sum(1), (u * u).sum(1), (v * v).sum(1)
-    sy, suy, svy = y.sum(), (u * y).sum(1), (v * y).sum(1)
+    yb = y.unsqueeze(-2)                                      # [..., 1, G]
+    sy, suy, svy = y.sum(-1, keepdim=True), (u * yb).sum(-1), (v * yb).sum(-1)
     c0 = (sy - su * suy / suu - sv * svy / svv) / (n - su * su / suu - sv * sv / svv)
     c1 = (suy - su * c0) / suu
     c2 = (svy - sv * c0) / svv
-    residual = c0[:, None] + c1[:, None] * u + c2[:, None] * v - y[None, :]
-    return torch.stack([c0, c1, c2], dim=1), (residual * residual).sum(1)
+    residual = c0[..., None] + c1[..., None] * u + c2[..., None] * v - yb
+    return torch.stack([c0, c1, c2], dim=-1), (residual * residual).sum(-1)
 
 
 def head_plateaus(n_grid, per_head, tolerance: float = 0.02) -> dict:
-    """The hinge of :func:`plateau` fitted to every head's own curve, ``per_head`` [heads, G].
+    """The hinge of :func:`plateau` fitted to every head's own curve, ``per_head`` [heads, G], all
+    at once.
 
     Returns numpy arrays [heads]: ``n_stop``, ``level`` (mean over N >= n_stop), ``slope_after``
     and ``saturated`` (bool).
     """
-    fits = [plateau(n_grid, row, tolerance) for row in np.asarray(per_head, dtype=np.float64)]
-    return {"n_stop": np.array([f.n_stop for f in fits]), "level": np.array([f.value for f in fits]),
-            "slope_after": np.array([f.slope_after for f in fits]),
-            "saturated": np.array([f.saturated for f in fits], dtype=bool)}
+    fit = _plateaus(n_grid, np.asarray(per_head, dtype=np.float64), tolerance)
+    return {"n_stop": fit["n_stop"], "level": fit["value"], "slope_after": fit["slope_after"],
+            "saturated": fit["saturated"]}
 
 
 def spearman(x, y) -> float:
@@ -177,15 +195,7 @@ def multihead_summary(sweep, heads: int) -> dict:
     rates), ``formula`` (``1 - (1 - p_h)^H`` per head, averaged), ``copies`` (H independent
     copies of the head, exact expectation, :func:`~normlimits.metrics.multihead.independent_copies`).
     """
-    if heads not in sweep.head_sets:
-        raise ValueError(f"the sweep measured head sets {sweep.head_sets}, not {heads}; "
-                         "pass head_sets=(..., heads) to separability_sweep.")
-    copies, formula, _ = independent_copies(sweep.rank_hits, sweep.rank_rows, sweep.n_grid, heads)
-    s = sweep.sharing
-    mean = lambda t: t.double().mean((0, 1))  # noqa: E731
-    return {"p": mean(s["own"]), "other_rate": mean(s["other_rate"]), "selecting": mean(s["selecting"]),
-            "coverage": mean(s[f"coverage_{heads}"]), "null": mean(s[f"null_{heads}"]),
-            "formula": mean(formula), "copies": mean(copies), "heads": heads}
+    return _multihead_numbers(sweep, heads, knee=0)[1]
 
 
 def figure3_statistics(n_grid, per_head, upper_exponential, tolerance: float) -> dict:
@@ -226,18 +236,34 @@ def multihead_statistics(sweep, heads: int, knee: int, tokens: int = 20_000, see
     ``bernoulli`` (largest |sampled - formula|), and ``jensen`` (largest copies - formula over
     every N and head; at most 0 by concavity).
     """
-    summ = multihead_summary(sweep, heads)
-    grid = sweep.n_grid
-    copies, formula, p_head = independent_copies(sweep.rank_hits, sweep.rank_rows, grid, heads)
+    numbers, summ, p_head = _multihead_numbers(sweep, heads, knee)
     sampled = bernoulli_heads(p_head.nan_to_num(0.0), heads, tokens=tokens, seed=seed).mean((0, 1))
     table = {**{k: v for k, v in summ.items() if k != "heads"}, "bernoulli": sampled}
+    sel = sweep.n_grid >= knee
+    return {"table": table, "heads": heads, **numbers,
+            "bernoulli": float((sampled - summ["formula"])[sel].abs().max())}
+
+
+def _multihead_numbers(sweep, heads: int, knee: int):
+    """The multi-head rules' numbers that are statistics of the windows (``rate_ratio``,
+    ``dependence``, ``gap``, ``jensen``; not the sampled ``bernoulli``), the per-N summary and
+    the heads' p, from one evaluation of :func:`~normlimits.metrics.multihead.independent_copies`."""
+    if heads not in sweep.head_sets:
+        raise ValueError(f"the sweep measured head sets {sweep.head_sets}, not {heads}; "
+                         "pass head_sets=(..., heads) to separability_sweep.")
+    grid = sweep.n_grid
+    copies, formula, p_head = independent_copies(sweep.rank_hits, sweep.rank_rows, grid, heads)
+    s = sweep.sharing
+    mean = lambda t: t.double().mean((0, 1))  # noqa: E731
+    summ = {"p": mean(s["own"]), "other_rate": mean(s["other_rate"]), "selecting": mean(s["selecting"]),
+            "coverage": mean(s[f"coverage_{heads}"]), "null": mean(s[f"null_{heads}"]),
+            "formula": mean(formula), "copies": mean(copies), "heads": heads}
     sel = grid >= knee
-    return {"table": table, "heads": heads,
-            "rate_ratio": float(summ["other_rate"][sel].mean() / summ["p"][sel].mean()),
-            "dependence": float((summ["coverage"] - summ["null"])[sel].abs().max()),
-            "gap": float((summ["formula"] - summ["copies"])[sel].max()),
-            "bernoulli": float((sampled - summ["formula"])[sel].abs().max()),
-            "jensen": float(torch.nan_to_num(copies - formula, nan=-1.0).max())}
+    numbers = {"rate_ratio": float(summ["other_rate"][sel].mean() / summ["p"][sel].mean()),
+               "dependence": float((summ["coverage"] - summ["null"])[sel].abs().max()),
+               "gap": float((summ["formula"] - summ["copies"])[sel].max()),
+               "jensen": float(torch.nan_to_num(copies - formula, nan=-1.0).max())}
+    return numbers, summ, p_head
 
 
 #: the numbers Figure 3's rule (claim F3) reads from :func:`figure3_statistics`
@@ -260,4 +286,68 @@ def figure3_by_protocol(sweep, tolerance: float) -> dict:
             name = f"{s['rows']} spaced rows" if sub == "spaced" else "last row only"
             out[name] = figure3_statistics(sweep.n_grid, per_head(s["fraction"]),
                                            per_head(s["upper_exponential"]), tolerance)
+    return out
+
+
+def _heads(t) -> np.ndarray:
+    """[layers, heads, G] -> numpy [all heads, G]."""
+    return t.reshape(-1, t.shape[-1]).numpy()
+
+
+def window_statistics(sweep, *, knee: int, tolerance: float, band, head_sets=None) -> dict:
+    """The window statistics the separability chapter grades, from one sweep (all windows, or a
+    bootstrap resample of them: :meth:`SeparabilitySweep.resampled`): ``{claim: {criterion key:
+    value}}`` for F3 (every query position, the paper's protocol), S80, MON and TSEP, each as the
+    chapter computes it (:func:`figure3_statistics`, :func:`largest_after`,
+    :func:`monitor_statistics`, :func:`temperature_trend`), for the parts the sweep measured, and
+    for MHP and MH (:func:`multihead_statistics`' measured numbers: not the sampled
+    ``bernoulli``, a Monte Carlo check of the formula rather than a statistic of the windows, nor
+    ``jensen``, an identity) for each ``head_sets`` entry
+    ``{label: H}``: the claim ids ``MHP`` and ``MH`` for label None, ``MHP@label`` otherwise."""
+    grid = np.asarray(sweep.n_grid)
+    values = _heads(sweep.fraction["values"])
+    f3 = figure3_statistics(grid, values, _heads(sweep.upper_exponential["values"]), tolerance)
+    out = {"F3": {k: f3[k] for k in F3_KEYS}, "S80": {"largest_head": largest_after(grid, values, knee)}}
+    if "uniform" in sweep.fraction:
+        out["S80"]["largest_uniform"] = largest_after(grid, _heads(sweep.fraction["uniform"]), knee)
+    if sweep.entropy is not None:
+        mon = monitor_statistics(grid, values, sweep.entropy.reshape(-1).numpy(), band=band,
+                                 knee=knee, tolerance=tolerance)
+        out["MON"] = {"entropy_rank": mon["entropy_rank"], "band_share": mon["band_share"]}
+    if len(sweep.temperature) >= 2:
+        trend = temperature_trend(grid, {t: _heads(v) for t, v in sweep.temperature.items()})
+        out["TSEP"] = {"rank": trend["rank"], "gain": trend["gain"]}
+    for label, heads in (head_sets or {}).items():
+        numbers = _multihead_numbers(sweep, heads, knee)[0]
+        suffix = "" if label is None else f"@{label}"
+        out["MHP" + suffix] = {k: numbers[k] for k in ("rate_ratio", "dependence")}
+        out["MH" + suffix] = {"gap": numbers["gap"]}       # jensen: an identity (concavity)
+    return out
+
+
+def separability_intervals(sweep, *, knee: int, tolerance: float, band, head_sets=None,
+                           windows: int | None = None, only=None, resamples: int | None = None) -> dict:
+    """Percentile bootstrap intervals over the windows (:func:`normlimits.core.bootstrap.
+    bootstrap_values`; a resample draws windows with replacement and pools their rows, every head
+    of a window kept together) of :func:`window_statistics` (``head_sets`` as there):
+    ``{claim: {key: Interval}}``.
+    ``windows``: resample the first ``windows`` windows only (default all); ``only``: the
+    ``"claim.key"`` names to compute (default all). A sweep of one window gives no interval."""
+    if windows is None and sweep.windows < 2:
+        return {}                                  # one window: nothing to resample
+    count = sweep.windows if windows is None else int(windows)
+    if not 2 <= count <= sweep.windows:
+        raise ValueError(f"windows={windows}: resample between 2 and the sweep's {sweep.windows}")
+
+    def values_of(idx):
+        found = window_statistics(sweep.resampled(idx), knee=knee, tolerance=tolerance, band=band,
+                                  head_sets=head_sets)
+        return {f"{cid}.{k}": v for cid, got in found.items() for k, v in got.items()}
+
+    keys = [k for k in values_of(range(count)) if only is None or k in set(only)]
+    settings = {} if resamples is None else {"resamples": resamples}
+    out: dict = {}
+    for name, interval in bootstrap_values(count, values_of, keys, exchangeable=True, **settings).items():
+        cid, key = name.rsplit(".", 1)
+        out.setdefault(cid, {})[key] = interval
     return out

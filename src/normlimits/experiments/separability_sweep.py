@@ -75,10 +75,13 @@ def _kind_vectors(capture, kind: str, layer: int, radius: float, gen: torch.Gene
 
 
 class _Moments:
-    """Running count, sum and sum of squares over rows and windows, per (layer, head, ...)."""
+    """Running count, sum and sum of squares over rows and windows, per (layer, head, ...), and
+    each window's count and sum (:meth:`end_window`), for resampling the windows."""
 
     def __init__(self) -> None:
         self.store: dict = {}
+        self.current: dict = {}
+        self.windows: dict = {}
 
     def add(self, key, layer: int, n_layers: int, values: Tensor) -> None:
         """``values`` [H, R, ...] with NaN where undefined; reduced over R."""
@@ -88,10 +91,34 @@ class _Moments:
         parts = (ok.sum(1, dtype=torch.float64), v0.sum(1), (v0 * v0).sum(1))
         if key not in self.store:
             self.store[key] = [torch.zeros((n_layers, *p.shape), dtype=torch.float64) for p in parts]
+        if key not in self.current:
+            self.current[key] = [torch.zeros((n_layers, *p.shape), dtype=torch.float64) for p in parts[:2]]
         for acc, part in zip(self.store[key], parts):
             acc[layer] += part
+        for acc, part in zip(self.current[key], parts[:2]):
+            acc[layer] += part
+
+    def end_window(self) -> None:
+        """Close a window: its counts and sums join :attr:`windows` (a key the window did not
+        touch gets zeros, so every key has one entry per window)."""
+        closed = max((len(n) for n, _ in self.windows.values()), default=0)
+        for key in self.store:
+            zeros = [torch.zeros_like(t) for t in self.store[key][:2]]
+            n, s = self.current.pop(key, zeros)
+            counts, sums = self.windows.setdefault(key, ([zeros[0]] * closed, [zeros[1]] * closed))
+            counts.append(n)
+            sums.append(s)
+
+    def window_stacks(self) -> dict:
+        """{key: (counts [W, ...], sums [W, ...])}, one entry per closed window."""
+        return {key: (torch.stack(n), torch.stack(s)) for key, (n, s) in self.windows.items()}
 
     def mean(self, key) -> Tensor:
+        """The mean over every (window, row) sample: each window's sum over the total count, the
+        windows' sums added in window order (:func:`window_mean` with every window once)."""
+        if key in self.windows:
+            n, s = (torch.stack(part) for part in self.windows[key])
+            return window_mean(n, s, torch.ones(n.shape[0], dtype=torch.float64))
         n, s, _ = self.store[key]
         return s / n  # NaN where nothing was defined
 
@@ -101,6 +128,14 @@ class _Moments:
         mean = s / n
         var = (q / n - mean * mean).clamp_min(0.0) * n / (n - 1)
         return (var / n).sqrt()
+
+
+def window_mean(counts: Tensor, sums: Tensor, weights: Tensor) -> Tensor:
+    """The pooled mean of windows' samples, window w counted ``weights[w]`` times: ``sum_w
+    weights_w sums_w / sum_w weights_w counts_w`` (``counts``, ``sums`` [W, ...]; ``weights``
+    float64 [W]: ones, or a bootstrap resample's counts); NaN where no sample is defined."""
+    flat = (weights @ sums.reshape(sums.shape[0], -1), weights @ counts.reshape(counts.shape[0], -1))
+    return (flat[0] / flat[1]).reshape(sums.shape[1:])
 
 
 @dataclass
@@ -134,7 +169,9 @@ class SeparabilitySweep:
       ``head_sets``); ``rank_hits`` [layers, heads, G, K] and ``rank_rows`` [G] summed over windows;
     - ``seconds``: time per part (``forward`` waiting for captures, ``weights``, ``ns_<kind>``,
       ``delta``, ``bounds``, ``multihead``, ``entropy``, ``temperature``); ``forward_seconds``
-      and ``metric_seconds`` (everything but the forward passes).
+      and ``metric_seconds`` (everything but the forward passes);
+    - ``window_moments[(name, key)]``: each window's (count, sum) of every mean above, [W, ...],
+      and ``window_rank``: each window's ``rank_hits`` and ``rank_rows`` (:meth:`resampled`).
     """
 
     n_grid: Tensor
@@ -161,6 +198,40 @@ class SeparabilitySweep:
     rank_hits: Tensor | None = None
     rank_rows: Tensor | None = None
     seconds: dict = field(default_factory=dict)
+    window_moments: dict = field(default_factory=dict)
+    window_rank: tuple | None = None
+
+    def resampled(self, windows) -> "SeparabilitySweep":
+        """The sweep of the windows ``windows`` (indices, repeats allowed: a bootstrap resample):
+        every per-head mean (N_s/N, bounds, subsets, sharing, entropy, temperatures) pooled over
+        those windows' rows, the rank hits summed over them, ``delta`` and ``alignment`` of those
+        windows; the counts of checks and the timings stay those of all windows, no standard
+        errors.
+        ``resampled(range(windows))`` reproduces every mean exactly."""
+        if not self.window_moments:
+            raise ValueError("this sweep kept no per-window moments; resample a sweep made by "
+                             "separability_sweep")
+        index = torch.as_tensor(list(windows), dtype=torch.long)
+        if index.numel() == 0 or int(index.min()) < 0 or int(index.max()) >= self.windows:
+            raise ValueError(f"window indices must lie in 0..{self.windows - 1} (got {index.tolist()})")
+        weights = torch.bincount(index, minlength=self.windows).double()
+        out = SeparabilitySweep(n_grid=self.n_grid, kinds=self.kinds, windows=int(index.numel()),
+                                rows=self.rows, sure_violations=self.sure_violations,
+                                rows_checked=self.rows_checked, head_sets=self.head_sets,
+                                rank_hits=self.rank_hits, rank_rows=self.rank_rows,
+                                underflow=self.underflow,
+                                delta={k: v[index] for k, v in self.delta.items()},
+                                alignment={k: v[index] for k, v in self.alignment.items()})
+        _fill_means(out, list(self.window_moments),
+                    lambda key: window_mean(*self.window_moments[key], weights))
+        if self.window_rank is not None:        # counts: exact sums for whole-number weights
+            hits, rows = self.window_rank
+            out.rank_hits = (weights @ hits.reshape(hits.shape[0], -1)).reshape(hits.shape[1:])
+            out.rank_rows = (weights @ rows).to(self.rank_rows.dtype)
+        for name, entry in self.subsets.items():
+            if "rows" in entry:
+                out.subsets.setdefault(name, {})["rows"] = entry["rows"]
+        return out
 
     @property
     def forward_seconds(self) -> float:
@@ -260,6 +331,7 @@ def separability_sweep(captures: Iterable, n_grid, *, kinds=("values",), rows=No
     checked = {k: 0 for k in kinds}
     underflow = {t: [0, 0] for t in temperatures}
     rank_hits = rank_rows = None
+    window_hits, window_rows = [], []
     sets_used: tuple = ()
     grid = None
     n_windows = 0
@@ -341,6 +413,10 @@ def separability_sweep(captures: Iterable, n_grid, *, kinds=("values",), rows=No
                     elif layer == 0:
                         rank_rows += share.rows
                     rank_hits[layer] += share.rank_hits
+                    if layer == 0:      # this window's own counts, for resampling the windows
+                        window_hits.append(torch.zeros_like(rank_hits))
+                        window_rows.append(share.rows.clone().double())
+                    window_hits[-1][layer] += share.rank_hits
                     clock.tick("multihead")
             if entropy:
                 pos = positions["values"]
@@ -363,6 +439,7 @@ def separability_sweep(captures: Iterable, n_grid, *, kinds=("values",), rows=No
                 clock.tick("temperature")
         for key, parts in window_delta.items():
             per_window.setdefault(key, []).append(torch.stack(parts))  # [layers, H]
+        moments.end_window()
         n_windows += 1
     if grid is None:
         raise ValueError("separability_sweep got no captures; pass at least one window.")
@@ -370,29 +447,39 @@ def separability_sweep(captures: Iterable, n_grid, *, kinds=("values",), rows=No
                             sure_violations=violations, rows_checked=checked,
                             head_sets=sets_used, rank_hits=rank_hits, rank_rows=rank_rows,
                             seconds=clock.seconds)
-    for (name, key) in moments.store:
-        if str(key).startswith("values@"):
-            entry = out.subsets.setdefault(str(key).split("@", 1)[1], {})
-            entry[name] = moments.mean((name, key))
-            if name == "fraction":
-                entry["stderr"] = moments.stderr((name, key))
-        elif name == "fraction":
-            out.fraction[key] = moments.mean((name, key))
-            out.stderr[key] = moments.stderr((name, key))
-        elif name in _BOUND_NAMES:
-            getattr(out, name)[key] = moments.mean((name, key))
-        elif name == "sharing":
-            out.sharing[key] = moments.mean((name, key))
-        elif name == "entropy":
-            out.entropy = moments.mean((name, key))[..., 0]
-        elif name == "temperature":
-            out.temperature[key] = moments.mean((name, key))
+    out.window_moments = moments.window_stacks()
+    if window_hits:
+        out.window_rank = (torch.stack(window_hits), torch.stack(window_rows))
+    _fill_means(out, list(moments.store), moments.mean, moments.stderr)
     for name, idx in sub_idx.items():
         out.subsets.setdefault(name, {})["rows"] = int(idx.numel())
     for (name, kind), stacks in per_window.items():
         getattr(out, name)[kind] = torch.stack(stacks)  # [W, layers, H]
     out.underflow = {t: (a / b if b else float("nan")) for t, (a, b) in underflow.items()}
     return out
+
+
+def _fill_means(out: SeparabilitySweep, keys, mean_of, stderr_of=None) -> None:
+    """Put the mean of every moment key ``(name, key)`` of ``keys`` (``mean_of(key)``) in its
+    field of ``out`` (and the standard errors of N_s/N, when ``stderr_of`` is given)."""
+    for (name, key) in keys:
+        if str(key).startswith("values@"):
+            entry = out.subsets.setdefault(str(key).split("@", 1)[1], {})
+            entry[name] = mean_of((name, key))
+            if name == "fraction" and stderr_of is not None:
+                entry["stderr"] = stderr_of((name, key))
+        elif name == "fraction":
+            out.fraction[key] = mean_of((name, key))
+            if stderr_of is not None:
+                out.stderr[key] = stderr_of((name, key))
+        elif name in _BOUND_NAMES:
+            getattr(out, name)[key] = mean_of((name, key))
+        elif name == "sharing":
+            out.sharing[key] = mean_of((name, key))
+        elif name == "entropy":
+            out.entropy = mean_of((name, key))[..., 0]
+        elif name == "temperature":
+            out.temperature[key] = mean_of((name, key))
 
 
 def _bounds(res: SeparabilityResult, grid: Tensor, delta: Tensor, sphere_radius: float, dim: int,

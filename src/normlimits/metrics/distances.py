@@ -477,6 +477,8 @@ class SweepResult:
     ``worst_true_over_bound`` is the largest ``d~ / bound_linear`` over every window, head, row
     and N (the fixed-set bound holds iff it is <= 1), and ``worst_linear_over_cauchy`` the
     largest ``bound_linear / bound_cauchy`` (<= 1 by Cauchy-Schwarz); NaN without bounds.
+    ``per_window[name]``: the same field for each window, ``[windows, layers, heads, R, n]``
+    (the fields are their means over the windows).
     """
 
     lengths: Tensor
@@ -485,6 +487,7 @@ class SweepResult:
     fields: dict = field(default_factory=dict)
     worst_true_over_bound: float = float("nan")
     worst_linear_over_cauchy: float = float("nan")
+    per_window: dict = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Tensor:
         try:
@@ -492,10 +495,31 @@ class SweepResult:
         except KeyError:
             raise AttributeError(name) from None
 
+    def resampled(self, windows: Sequence[int]) -> "SweepResult":
+        """The sweep of the windows ``windows`` (indices, repeats allowed: a bootstrap resample):
+        every field the mean of those windows' values (``resampled(range(windows))`` reproduces
+        the fields exactly); the worst ratios stay those of all windows, no ``per_window``."""
+        index = torch.as_tensor(list(windows), dtype=torch.long)
+        if index.numel() == 0 or int(index.min()) < 0 or int(index.max()) >= self.windows:
+            raise ValueError(f"window indices must lie in 0..{self.windows - 1} (got "
+                             f"{index.tolist()})")
+        counts = torch.bincount(index, minlength=self.windows).double()
+        return SweepResult(lengths=self.lengths, n_grid=self.n_grid, windows=int(index.numel()),
+                           fields={k: _window_mean(v, counts) for k, v in self.per_window.items()},
+                           worst_true_over_bound=self.worst_true_over_bound,
+                           worst_linear_over_cauchy=self.worst_linear_over_cauchy)
+
 
 _SWEEP_FIELDS = ("true", "norm_of_sum", "top_n_mass", "context_norm", "individual_sum",
                  "expected_main", "jensen_bound", "expected_upper", "expected_rms", "d1", "x_max",
                  "bound_linear", "bound_cauchy")
+
+
+def _window_mean(per_window: Tensor, counts: Tensor) -> Tensor:
+    """The mean over windows of ``per_window`` [windows, ...], window w counted ``counts[w]``
+    times (float64 [windows]: ones, or a bootstrap resample's counts)."""
+    flat = per_window.reshape(per_window.shape[0], -1)
+    return (counts @ flat).reshape(per_window.shape[1:]) / float(counts.sum())
 
 
 def _accumulate(acc: dict, prof: DistanceProfile) -> None:
@@ -506,8 +530,7 @@ def _accumulate(acc: dict, prof: DistanceProfile) -> None:
             v = getattr(prof, name)
         if v is None:
             continue
-        v = v.detach().to(torch.float64).cpu()
-        acc[name] = acc[name] + v if name in acc else v.clone()
+        acc.setdefault(name, []).append(v.detach().to(torch.float64).cpu().clone())
 
 
 def _rows_for(lengths: Sequence[int], window: int) -> Tensor:
@@ -571,7 +594,9 @@ def _sweep(captures, lengths, n_grid, bounds, chunk_elements) -> SweepResult:
         count += 1
     if count == 0:
         raise ValueError("no windows were given; pass at least one captured window")
-    fields = {k: v / count for k, v in acc.items()}
-    return SweepResult(lengths=lens, n_grid=_as_grid(n_grid), windows=count, fields=fields,
+    per_window = {k: torch.stack(v) for k, v in acc.items()}
+    ones = torch.ones(count, dtype=torch.float64)
+    return SweepResult(lengths=lens, n_grid=_as_grid(n_grid), windows=count,
+                       fields={k: _window_mean(v, ones) for k, v in per_window.items()},
                        worst_true_over_bound=float(worst_t),
-                       worst_linear_over_cauchy=float(worst_c))
+                       worst_linear_over_cauchy=float(worst_c), per_window=per_window)

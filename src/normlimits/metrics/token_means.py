@@ -18,6 +18,11 @@ subsampling of positions, number of windows) over one pass through the windows; 
 :class:`PositionStudy` with the token-means (``means``, the paper's protocol) and the last row
 ``t = L - 1`` alone (``last``, the named variant) for every length and N.
 
+Intervals over windows (issue 31): a spec's ``window_forms`` keeps, for those readings, each
+window's token-means as well (``PositionStudy.per_window``); their means over windows are then
+computed from them, and :meth:`PositionStudy.resampled` gives the study of a bootstrap resample of
+the windows (the same numbers, bit for bit, for the resample that draws every window once).
+
 Subsampling of query positions (``per_octave``): the work for the row ``t`` grows like ``t``, so
 all positions of a window cost ``O(L^2)`` per head. With ``per_octave = k`` each octave
 ``[2^j, 2^(j+1))`` of positions is cut into ``k`` cells of equal width and the row at the middle
@@ -133,7 +138,10 @@ class PositionStudy:
     cut to length L (every position, or ``per_octave`` per octave, weighted), then over windows;
     ``last[form]``: the row ``t = L - 1`` alone, mean over windows. ``lengths`` [m] and ``n_grid``
     [n] are the axes; ``positions[i]`` how many query rows entered the token-mean at
-    ``lengths[i]``; ``seconds`` the time spent on this study.
+    ``lengths[i]``; ``seconds`` the time spent on this study. ``per_window[form][statistic]``:
+    for the spec's ``window_forms`` only, each window's token-means ``[windows, layers, heads, m,
+    n]`` (``mc_var``: the variance of each window's Monte Carlo token-mean), whose mean over the
+    windows is ``means[form]``.
     """
 
     lengths: list
@@ -147,6 +155,36 @@ class PositionStudy:
     means: dict = field(default_factory=dict)
     last: dict = field(default_factory=dict)
     seconds: float = float("nan")
+    per_window: dict = field(default_factory=dict)
+
+    def resampled(self, windows: Sequence[int], forms: Sequence[str] | None = None,
+                  statistics: Sequence[str] | None = None) -> "PositionStudy":
+        """The study of the windows ``windows`` (indices into the study's windows, repeats
+        allowed: a bootstrap resample): ``means`` for the forms kept per window (or those of
+        ``forms``), the mean of those windows' token-means (``mc_se`` from their Monte Carlo
+        variances), for every statistic kept or those of ``statistics`` (``true`` always); no
+        ``last`` rows and no ``per_window``. ``resampled(range(windows))`` reproduces ``means``
+        exactly."""
+        if not self.per_window:
+            raise ValueError("this study kept no per-window token-means; run it with "
+                             "StudySpec(window_forms=...) to resample its windows")
+        missing = [f for f in (forms or ()) if f not in self.per_window]
+        if missing:
+            raise ValueError(f"forms {missing} were not kept per window; kept: {list(self.per_window)}")
+        index = torch.as_tensor(list(windows), dtype=torch.long)
+        if index.numel() == 0 or int(index.min()) < 0 or int(index.max()) >= self.windows:
+            raise ValueError(f"window indices must lie in 0..{self.windows - 1} (got "
+                             f"{index.tolist()})")
+        wanted = None if statistics is None else {"true", *statistics}
+        counts = torch.bincount(index, minlength=self.windows).double()
+        means = {form: _window_means({s: v for s, v in stats.items()
+                                      if wanted is None or s in wanted or (s == "mc_var" and "mc_se" in wanted)},
+                                     counts)
+                 for form, stats in self.per_window.items() if forms is None or form in forms}
+        return PositionStudy(lengths=self.lengths, n_grid=self.n_grid, vectors=self.vectors,
+                             per_octave=self.per_octave, samples=self.samples,
+                             mc_keys=self.mc_keys, windows=int(index.numel()),
+                             positions=self.positions, means=means, seconds=0.0)
 
     def per_head(self, form: str, statistic: str, length: int, aggregate: str = "paper") -> Tensor:
         """``[heads_total, n]`` values of one statistic at one length (``aggregate``: ``paper``
@@ -166,6 +204,22 @@ class PositionStudy:
         return value[..., self.lengths.index(length), :].reshape(-1, self.n_grid.numel())
 
 
+def _window_means(stats: Mapping[str, Tensor], counts: Tensor) -> "ReadingMeans":
+    """ReadingMeans from per-window token-means ``{statistic: [windows, ...]}``: the mean over
+    the windows, window w counted ``counts[w]`` times (float64 [windows]; a bootstrap resample's
+    counts, or ones), ``mc_se`` the square root of the so summed variances over the count squared.
+    One matrix-vector product per statistic (much cheaper than gathering the drawn windows)."""
+    total = float(counts.sum())
+
+    def weighted(v: Tensor) -> Tensor:
+        return (counts @ v.reshape(v.shape[0], -1)).reshape(v.shape[1:])
+
+    got = {s: weighted(v) / total for s, v in stats.items() if s != "mc_var"}
+    se = (weighted(stats["mc_var"]) / total ** 2).sqrt() if "mc_var" in stats else None
+    return ReadingMeans(true=got["true"], mc=got.get("mc"), mc_se=se, main=got.get("main"),
+                        rms=got.get("rms"), upper=got.get("upper"), individual=got.get("individual"))
+
+
 @dataclass(frozen=True)
 class StudySpec:
     """What one study computes: the vectors x_i (:data:`normlimits.metrics.readings.VECTORS`), the
@@ -173,7 +227,8 @@ class StudySpec:
     ``mc_keys`` sampled keys, or every key when None), the closed forms (``expectations``: a
     sequence for every form, or a mapping form -> closed forms), the subsampling of positions
     (``per_octave``; None: every position), ``paper`` (False: last rows only) and how many of
-    the windows it uses (``max_windows``; None: all)."""
+    the windows it uses (``max_windows``; None: all); ``window_forms``: the readings (a subset
+    of ``forms``) whose token-means are also kept per window, for resampling the windows."""
 
     n_grid: Sequence[int]
     vectors: str = "values"
@@ -184,9 +239,15 @@ class StudySpec:
     per_octave: int | None = None
     paper: bool = True
     max_windows: int | None = None
+    window_forms: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         _check_forms(self.forms)
+        extra = [f for f in self.window_forms if f not in self.forms]
+        if extra:
+            raise ValueError(f"window_forms {extra} are not among the study's forms {list(self.forms)}")
+        if self.window_forms and not self.paper:
+            raise ValueError("window_forms keeps token-means per window; it needs paper=True")
         _grid(self.n_grid)
         if self.vectors not in VECTORS:
             raise ValueError(f"vectors={self.vectors!r}: choose one of {VECTORS}")
@@ -221,6 +282,8 @@ class _Accumulator:
         self.share = self.weights / Lt[:, None].double()                          # [m, R]
         self.is_last = (self.rows[None, :] == (Lt[:, None] - 1)).double()        # [m, R]
         self.sums: dict = {}
+        self.kept = set(spec.window_forms)
+        self.windowed: dict = {}        # (form, statistic) -> [each window's token-means]
         self.count = 0
         self.seconds = 0.0
 
@@ -247,14 +310,26 @@ class _Accumulator:
                         w_m = self.share[:, cols] ** 2 if st == "mc_var" else self.share[:, cols]
                         parts["paper"] = torch.einsum("...rn,mr->...mn", v, w_m)
                     for agg, part in parts.items():
-                        key = (f, st, agg)
+                        key = (f, st, "window" if agg == "paper" and f in self.kept else agg)
                         self.sums[key] = self.sums[key] + part if key in self.sums else part
+        for key in [k for k in self.sums if k[2] == "window"]:   # this window's token-means
+            self.windowed.setdefault(key[:2], []).append(self.sums.pop(key))
         self.count += 1
         self.seconds += time.perf_counter() - started
 
+    def _per_window(self) -> dict:
+        out: dict = {}
+        for (f, st), parts in self.windowed.items():
+            out.setdefault(f, {})[st] = torch.stack(parts)
+        return out
+
     def _means(self, agg: str) -> dict:
         out, count = {}, self.count
+        windowed = self._per_window() if agg == "paper" else {}
         for f in self.forms:
+            if f in windowed:
+                out[f] = _window_means(windowed[f], torch.ones(count, dtype=torch.float64))
+                continue
             got = {s: self.sums[(f, s, agg)] / count for s in STATISTICS if (f, s, agg) in self.sums}
             se = None
             if (f, "mc_var", agg) in self.sums:
@@ -272,7 +347,8 @@ class _Accumulator:
                              positions=[int((self.weights[i] > 0).sum()) if spec.paper else 0
                                         for i in range(len(self.lens))],
                              means=self._means("paper") if spec.paper else {},
-                             last=self._means("last_row"), seconds=self.seconds)
+                             last=self._means("last_row"), seconds=self.seconds,
+                             per_window=self._per_window())
 
 
 def position_studies(captures: Iterable, lengths: Sequence[int], specs: Mapping[str, StudySpec],

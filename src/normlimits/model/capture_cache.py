@@ -85,11 +85,13 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def capture_key(loaded, corpus, length: int, count: int) -> dict:
-    """Everything the captures of ``count`` windows of ``length`` tokens depend on."""
+def capture_key(loaded, corpus, length: int, count: int, shift: float = 0.0) -> dict:
+    """Everything the captures of ``count`` windows of ``length`` tokens depend on (``shift``, the
+    windows' offset as a fraction of their spacing, only when it is not 0: the keys of unshifted
+    windows stay what they were)."""
     model = loaded.model
     parameter = next(model.parameters())
-    return {
+    key = {
         "model": loaded.name,
         "model_sha256": model_fingerprint(model),
         "scales": [round(float(s), 12) for s in layer_scales(model)],
@@ -102,6 +104,9 @@ def capture_key(loaded, corpus, length: int, count: int) -> dict:
         "transformers": metadata.version("transformers"),
         "package": package_digest(),
     }
+    if shift:
+        key["shift"] = float(shift)
+    return key
 
 
 def checksum_path(path: Path) -> Path:
@@ -203,16 +208,17 @@ def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None,
         yield capture
 
 
-def cached_captures(loaded, corpus, length: int, count: int) -> Iterator[WindowCapture]:
-    """Captures of ``token_windows(loaded, corpus, length, count)``, one per window, in order,
-    through the shared cache (:func:`capture_cache_dir`): a drop-in replacement for
-    ``iter_captures(loaded, token_windows(loaded, corpus, length, count))`` that runs each
-    forward pass once per build. Memory-flat: one window at a time."""
-    windows = token_windows(loaded, corpus, length, count)    # validates length and count
+def cached_captures(loaded, corpus, length: int, count: int, shift: float = 0.0
+                    ) -> Iterator[WindowCapture]:
+    """Captures of ``token_windows(loaded, corpus, length, count, shift=shift)``, one per window,
+    in order, through the shared cache (:func:`capture_cache_dir`): a drop-in replacement for
+    ``iter_captures(loaded, token_windows(...))`` that runs each forward pass once per build.
+    Memory-flat: one window at a time."""
+    windows = token_windows(loaded, corpus, length, count, shift=shift)  # validates length, count
     root = capture_cache_dir()
     if root is None:
         return serve(loaded, windows, None)
-    key = capture_key(loaded, corpus, length, count)
+    key = capture_key(loaded, corpus, length, count, shift)
     return serve(loaded, windows, root / key_digest(key), key)
 
 

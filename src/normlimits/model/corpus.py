@@ -156,14 +156,22 @@ def corpus_tokens(loaded, corpus: Corpus) -> torch.Tensor:
     return _encoded(loaded.encode, corpus.text)
 
 
-def window_starts(n_tokens: int, length: int, count: int, origin: str = CORPUS_ENV) -> torch.Tensor:
+def window_starts(n_tokens: int, length: int, count: int, origin: str = CORPUS_ENV,
+                  shift: float = 0.0) -> torch.Tensor:
     """Evenly spaced start offsets of ``count`` windows of ``length`` tokens in a stream, [count];
-    ``origin`` names where the corpus came from in the error."""
+    ``origin`` names where the corpus came from in the error. ``shift`` in [0, 1) moves every
+    start by that fraction of the spacing: 0.5 gives windows from other parts of the text,
+    between the default ones (disjoint from them when the spacing exceeds twice ``length``)."""
     if length > n_tokens:
         raise CorpusError(f"the corpus has {n_tokens} tokens, fewer than one window of L={length}; "
                           f"{_point(origin)} a longer text or use a smaller L.")
+    if not 0.0 <= shift < 1.0:
+        raise ValueError(f"shift={shift!r}: the windows' shift is a fraction of their spacing, in [0, 1)")
     span = n_tokens - length
-    return torch.tensor([(k * span) // max(count, 1) for k in range(count)], dtype=torch.long)
+    if shift == 0.0:
+        return torch.tensor([(k * span) // max(count, 1) for k in range(count)], dtype=torch.long)
+    return torch.tensor([int((k + shift) * span // max(count, 1)) for k in range(count)],
+                        dtype=torch.long)
 
 
 def check_window_length(length: int, max_positions: int, limit: str | None = None) -> int:
@@ -173,12 +181,13 @@ def check_window_length(length: int, max_positions: int, limit: str | None = Non
 
 
 def token_windows(loaded, corpus: Corpus, length: int, count: int, *,
-                  count_origin: str | None = None) -> torch.Tensor:
+                  count_origin: str | None = None, shift: float = 0.0) -> torch.Tensor:
     """``count`` deterministic windows of ``length`` tokens, LongTensor [count, length].
 
     Windows start at evenly spaced offsets over the whole tokenised text, so the same corpus and
-    tokenizer always give the same windows. ``count_origin`` names where ``count`` came from in
-    the errors (an option such as ``--windows``); default the setting ``NORMLIMITS_WINDOWS``.
+    tokenizer always give the same windows (``shift``: moved by that fraction of the spacing,
+    :func:`window_starts`). ``count_origin`` names where ``count`` came from in the errors (an
+    option such as ``--windows``); default the setting ``NORMLIMITS_WINDOWS``.
     """
     check_window_length(length, loaded.max_positions, getattr(loaded, "context_limit", None))
     if count_origin is None:
@@ -195,17 +204,26 @@ def token_windows(loaded, corpus: Corpus, length: int, count: int, *,
         raise SettingError(f"{count:,} windows of L={length} tokens do not fit in the corpus "
                            f"({len(tokens):,} tokens): at most {fits:,} distinct windows fit. "
                            f"{count_remedy} {fits:,} or fewer, or {_point(origin)} a longer text.")
-    starts = window_starts(len(tokens), length, count, origin)
+    starts = window_starts(len(tokens), length, count, origin, shift)
     return tokens[starts[:, None] + torch.arange(length)[None, :]]
+
+
+#: texts :func:`corpus_label` names, by phrases from their title pages or first lines
+KNOWN_TEXTS = {
+    "Tolstoy, War and Peace": ("war and peace", "tolstoy",
+                               "so genoa and lucca are now just family estates"),
+    "Melville, Moby-Dick": ("moby dick", "moby-dick", "call me ishmael"),
+    "Austen, Pride and Prejudice": ("pride and prejudice",
+                                    "it is a truth universally acknowledged"),
+}
 
 
 def corpus_label(corpus: Corpus) -> str:
     """The corpus in words, without a machine path: its title, where it is from, its size."""
     head = corpus.text[:5000].lower()
     # the title page, or the novel's first line when the text is stripped of its front matter
-    known = ("war and peace", "tolstoy", "so genoa and lucca are now just family estates")
-    title = ("Tolstoy, War and Peace" if any(k in head for k in known)
-             else "a user-supplied text")
+    title = next((name for name, marks in KNOWN_TEXTS.items() if any(k in head for k in marks)),
+                 "a user-supplied text")
     where = corpus.source if corpus.source.startswith(("http://", "https://")) \
         else f"local file {Path(corpus.source).name}"
     return f"{title} ({where}, {corpus.n_bytes:,} bytes, sha256 {corpus.sha256})"
