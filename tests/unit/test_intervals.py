@@ -315,3 +315,19 @@ def test_an_exchangeable_statistic_is_evaluated_once_per_multiset():
     once = B.bootstrap_values(3, mean, ["m"], resamples=300, exchangeable=True)
     assert (once["m"].low, once["m"].high) == pytest.approx((plain["m"].low, plain["m"].high))
     assert len(calls) <= 10 + 1                     # 10 multisets of 3 units, and the estimate
+
+
+def test_unit_counts_and_weighted_sums_are_the_resamples_sums():
+    """The one place the resampling of windows counts units and sums them (token-means, sweeps,
+    separability moments and the batched distances statistics all use it)."""
+    assert B.unit_counts([2, 0, 2], 4).tolist() == [1.0, 0.0, 2.0, 0.0]
+    for bad in ([], [4], [-1]):
+        with pytest.raises(ValueError, match="window indices"):
+            B.unit_counts(bad, 4)
+    per_unit = torch.arange(24, dtype=torch.float64).reshape(4, 2, 3)
+    counts = B.unit_counts([2, 0, 2], 4)
+    torch.testing.assert_close(B.weighted_sum(per_unit, counts), per_unit[0] + 2 * per_unit[2])
+    batch = torch.stack([counts, torch.ones(4, dtype=torch.float64)])
+    got = B.weighted_sum(per_unit, batch)
+    assert got.shape == (2, 2, 3)
+    torch.testing.assert_close(got[1], per_unit.sum(0))

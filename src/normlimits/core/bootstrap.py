@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["RESAMPLES", "LEVEL", "SEED", "UNITS", "Interval", "resample_indices",
-           "resample_counts", "bootstrap_interval", "bootstrap_values", "bootstrap_counts",
+           "unit_counts", "weighted_sum", "resample_counts", "bootstrap_interval", "bootstrap_values", "bootstrap_counts",
            "median_of_means", "mean_of_means", "units_to_decide"]
 
 #: resamples per interval (issue 31 asks for at least 2,000)
@@ -172,6 +172,24 @@ def bootstrap_values(n: int, values_of: Callable[[list[int]], dict], keys, *, un
             out[k] = _hull(low, high, estimate, n=int(n), unit=unit, resamples=int(resamples),
                            level=float(level), seed=int(seed))
     return out
+
+
+def unit_counts(units, n: int) -> Tensor:
+    """How often each of ``n`` units occurs in ``units`` (indices, repeats allowed: one resample),
+    float64 [n]; ValueError for an empty list or an index outside 0..n-1."""
+    index = torch.as_tensor(list(units), dtype=torch.long)
+    if index.numel() == 0 or int(index.min()) < 0 or int(index.max()) >= n:
+        raise ValueError(f"window indices must lie in 0..{n - 1} (got {index.tolist()})")
+    return torch.bincount(index, minlength=n).double()
+
+
+def weighted_sum(per_unit: Tensor, counts: Tensor) -> Tensor:
+    """``sum_u counts[..., u] per_unit[u]``: ``per_unit`` [n, ...] summed over its units with the
+    weights ``counts`` ([n], or [r, n] for r resamples at once), [..., *per_unit.shape[1:]]. One
+    matrix(-vector) product: the same weights give the same bits (a resample that draws every
+    unit once reproduces a mean taken with ones)."""
+    flat = counts.to(per_unit.dtype) @ per_unit.reshape(per_unit.shape[0], -1)
+    return flat.reshape(*counts.shape[:-1], *per_unit.shape[1:])
 
 
 def resample_counts(n: int, resamples: int = RESAMPLES, seed: int = SEED) -> Tensor:

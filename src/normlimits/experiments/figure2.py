@@ -9,7 +9,6 @@ Shapes: studies and sweeps as in :mod:`normlimits.metrics.token_means` and :mod:
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -24,8 +23,7 @@ from normlimits.metrics.readings import row_statistics
 from normlimits.metrics.token_means import PositionStudy
 
 __all__ = ["SyntheticChecks", "synthetic_checks", "FlatGaussianCase", "flat_gaussian_case",
-           "figure2_numbers",
-           "subsample_error", "median_curves"]
+           "figure2_numbers", "subsample_error", "median_curves"]
 
 #: a Monte Carlo estimate counts as outside an interval only beyond this many standard errors
 SE_TOLERANCE = 5.0

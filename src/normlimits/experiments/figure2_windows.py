@@ -89,9 +89,8 @@ def _estimates(study, sweep_b, readings, paper_model) -> dict:
 
 def _means(per_window: torch.Tensor, counts: torch.Tensor) -> np.ndarray:
     """[r, layers * heads, ...]: each resample's mean over its drawn windows (``counts`` [r, W])."""
-    w = per_window.shape[0]
-    flat = counts @ per_window.reshape(w, -1) / counts[0].sum()
-    return flat.reshape(counts.shape[0], -1, *per_window.shape[3:]).numpy()
+    means = B.weighted_sum(per_window, counts) / counts[0].sum()
+    return means.reshape(counts.shape[0], -1, *per_window.shape[3:]).numpy()
 
 
 def _slopes(x, y: np.ndarray) -> np.ndarray:

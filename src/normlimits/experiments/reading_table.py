@@ -126,7 +126,7 @@ def reading_rows(studies: Mapping[str, PositionStudy], readings: Sequence[Readin
     must hold its form, expectation and aggregation, and ``n`` in its N grid); ``search=False``:
     no KS search (Figure 2a's numbers only; the rows' ``search`` is None and ``fraction``,
     ``spread`` are empty)."""
-    rows, search_wanted = [], search
+    rows = []
     for r in readings:
         if r.vectors not in studies:
             raise ValueError(f"no study for vectors {r.vectors!r}; studies: {list(studies)}")
@@ -141,19 +141,19 @@ def reading_rows(studies: Mapping[str, PositionStudy], readings: Sequence[Readin
         if r.expectation == "mc":
             se = study.per_head(r.form, "mc_se", L, r.aggregate)[:, j].numpy()
             error = float(np.median(se / expected))
-        search = (critical_n(study, form=r.form, expectation=r.expectation, aggregate=r.aggregate,
-                             alphas=alphas) if search_wanted else None)
+        found = (critical_n(study, form=r.form, expectation=r.expectation, aggregate=r.aggregate,
+                            alphas=alphas) if search else None)
         fraction, spread = {}, {}
-        for a in (search.critical if search is not None else ()):
-            fr = [1.0 if f is None else f for f in search.fraction(a)]
-            fraction[a] = search.fraction(a)[-1]
+        for a in (found.critical if found is not None else ()):
+            fr = [1.0 if f is None else f for f in found.fraction(a)]
+            fraction[a] = found.fraction(a)[-1]
             spread[a] = max(fr) / min(fr) if min(fr) > 0 else math.inf
         lengths = np.array(study.lengths, dtype=float)
         exps = [float(loglog_fit(lengths, _median_over_heads(study, r.form, s, r.aggregate, j)).exponent)
                 for s in ("true", r.expectation)]
         rows.append(ReadingRow(reading=r, n=n, length=L, ratio=float(np.median(true / expected)),
                                ratio_mc_error=error, exp_true=exps[0], exp_expected=exps[1],
-                               search=search, fraction=fraction, spread=spread,
+                               search=found, fraction=fraction, spread=spread,
                                windows=study.windows))
     return rows
 

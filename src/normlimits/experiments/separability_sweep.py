@@ -20,6 +20,7 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
+from normlimits.core.bootstrap import unit_counts, weighted_sum
 from normlimits.metrics.multihead import head_sharing
 from normlimits.metrics.normalizers import softmax_with_temperature
 from normlimits.metrics.separability import (
@@ -134,8 +135,7 @@ def window_mean(counts: Tensor, sums: Tensor, weights: Tensor) -> Tensor:
     """The pooled mean of windows' samples, window w counted ``weights[w]`` times: ``sum_w
     weights_w sums_w / sum_w weights_w counts_w`` (``counts``, ``sums`` [W, ...]; ``weights``
     float64 [W]: ones, or a bootstrap resample's counts); NaN where no sample is defined."""
-    flat = (weights @ sums.reshape(sums.shape[0], -1), weights @ counts.reshape(counts.shape[0], -1))
-    return (flat[0] / flat[1]).reshape(sums.shape[1:])
+    return weighted_sum(sums, weights) / weighted_sum(counts, weights)
 
 
 @dataclass
@@ -212,9 +212,7 @@ class SeparabilitySweep:
             raise ValueError("this sweep kept no per-window moments; resample a sweep made by "
                              "separability_sweep")
         index = torch.as_tensor(list(windows), dtype=torch.long)
-        if index.numel() == 0 or int(index.min()) < 0 or int(index.max()) >= self.windows:
-            raise ValueError(f"window indices must lie in 0..{self.windows - 1} (got {index.tolist()})")
-        weights = torch.bincount(index, minlength=self.windows).double()
+        weights = unit_counts(index, self.windows)
         out = SeparabilitySweep(n_grid=self.n_grid, kinds=self.kinds, windows=int(index.numel()),
                                 rows=self.rows, sure_violations=self.sure_violations,
                                 rows_checked=self.rows_checked, head_sets=self.head_sets,
@@ -226,8 +224,8 @@ class SeparabilitySweep:
                     lambda key: window_mean(*self.window_moments[key], weights))
         if self.window_rank is not None:        # counts: exact sums for whole-number weights
             hits, rows = self.window_rank
-            out.rank_hits = (weights @ hits.reshape(hits.shape[0], -1)).reshape(hits.shape[1:])
-            out.rank_rows = (weights @ rows).to(self.rank_rows.dtype)
+            out.rank_hits = weighted_sum(hits, weights)
+            out.rank_rows = weighted_sum(rows, weights).to(self.rank_rows.dtype)
         for name, entry in self.subsets.items():
             if "rows" in entry:
                 out.subsets.setdefault(name, {})["rows"] = entry["rows"]

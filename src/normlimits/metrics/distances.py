@@ -60,6 +60,7 @@ import torch
 from torch import Tensor
 
 from normlimits.metrics.critical_n import ks_critical_n
+from normlimits.core.bootstrap import unit_counts, weighted_sum
 from normlimits.metrics.gram import refine_squared
 from normlimits.core.selection import top_n
 from normlimits.core.validation import finite_vectors, finite_weights
@@ -499,12 +500,8 @@ class SweepResult:
         """The sweep of the windows ``windows`` (indices, repeats allowed: a bootstrap resample):
         every field the mean of those windows' values (``resampled(range(windows))`` reproduces
         the fields exactly); the worst ratios stay those of all windows, no ``per_window``."""
-        index = torch.as_tensor(list(windows), dtype=torch.long)
-        if index.numel() == 0 or int(index.min()) < 0 or int(index.max()) >= self.windows:
-            raise ValueError(f"window indices must lie in 0..{self.windows - 1} (got "
-                             f"{index.tolist()})")
-        counts = torch.bincount(index, minlength=self.windows).double()
-        return SweepResult(lengths=self.lengths, n_grid=self.n_grid, windows=int(index.numel()),
+        counts = unit_counts(windows, self.windows)
+        return SweepResult(lengths=self.lengths, n_grid=self.n_grid, windows=int(counts.sum()),
                            fields={k: _window_mean(v, counts) for k, v in self.per_window.items()},
                            worst_true_over_bound=self.worst_true_over_bound,
                            worst_linear_over_cauchy=self.worst_linear_over_cauchy)
@@ -518,8 +515,7 @@ _SWEEP_FIELDS = ("true", "norm_of_sum", "top_n_mass", "context_norm", "individua
 def _window_mean(per_window: Tensor, counts: Tensor) -> Tensor:
     """The mean over windows of ``per_window`` [windows, ...], window w counted ``counts[w]``
     times (float64 [windows]: ones, or a bootstrap resample's counts)."""
-    flat = per_window.reshape(per_window.shape[0], -1)
-    return (counts @ flat).reshape(per_window.shape[1:]) / float(counts.sum())
+    return weighted_sum(per_window, counts) / float(counts.sum())
 
 
 def _accumulate(acc: dict, prof: DistanceProfile) -> None:

@@ -39,6 +39,7 @@ from typing import Iterable, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from normlimits.core.bootstrap import unit_counts, weighted_sum
 from normlimits.metrics.readings import (
     DEFAULT_CHUNK_ELEMENTS, STATISTICS, VECTORS, _check_forms, _grid, row_statistics)
 
@@ -157,33 +158,19 @@ class PositionStudy:
     seconds: float = float("nan")
     per_window: dict = field(default_factory=dict)
 
-    def resampled(self, windows: Sequence[int], forms: Sequence[str] | None = None,
-                  statistics: Sequence[str] | None = None) -> "PositionStudy":
+    def resampled(self, windows: Sequence[int]) -> "PositionStudy":
         """The study of the windows ``windows`` (indices into the study's windows, repeats
-        allowed: a bootstrap resample): ``means`` for the forms kept per window (or those of
-        ``forms``), the mean of those windows' token-means (``mc_se`` from their Monte Carlo
-        variances), for every statistic kept or those of ``statistics`` (``true`` always); no
-        ``last`` rows and no ``per_window``. ``resampled(range(windows))`` reproduces ``means``
-        exactly."""
+        allowed: a bootstrap resample): ``means`` for the forms kept per window, the mean of those
+        windows' token-means (``mc_se`` from their Monte Carlo variances); no ``last`` rows and no
+        ``per_window``. ``resampled(range(windows))`` reproduces ``means`` exactly."""
         if not self.per_window:
             raise ValueError("this study kept no per-window token-means; run it with "
                              "StudySpec(window_forms=...) to resample its windows")
-        missing = [f for f in (forms or ()) if f not in self.per_window]
-        if missing:
-            raise ValueError(f"forms {missing} were not kept per window; kept: {list(self.per_window)}")
-        index = torch.as_tensor(list(windows), dtype=torch.long)
-        if index.numel() == 0 or int(index.min()) < 0 or int(index.max()) >= self.windows:
-            raise ValueError(f"window indices must lie in 0..{self.windows - 1} (got "
-                             f"{index.tolist()})")
-        wanted = None if statistics is None else {"true", *statistics}
-        counts = torch.bincount(index, minlength=self.windows).double()
-        means = {form: _window_means({s: v for s, v in stats.items()
-                                      if wanted is None or s in wanted or (s == "mc_var" and "mc_se" in wanted)},
-                                     counts)
-                 for form, stats in self.per_window.items() if forms is None or form in forms}
+        counts = unit_counts(windows, self.windows)
+        means = {form: _window_means(stats, counts) for form, stats in self.per_window.items()}
         return PositionStudy(lengths=self.lengths, n_grid=self.n_grid, vectors=self.vectors,
                              per_octave=self.per_octave, samples=self.samples,
-                             mc_keys=self.mc_keys, windows=int(index.numel()),
+                             mc_keys=self.mc_keys, windows=int(counts.sum()),
                              positions=self.positions, means=means, seconds=0.0)
 
     def per_head(self, form: str, statistic: str, length: int, aggregate: str = "paper") -> Tensor:
@@ -210,12 +197,8 @@ def _window_means(stats: Mapping[str, Tensor], counts: Tensor) -> "ReadingMeans"
     counts, or ones), ``mc_se`` the square root of the so summed variances over the count squared.
     One matrix-vector product per statistic (much cheaper than gathering the drawn windows)."""
     total = float(counts.sum())
-
-    def weighted(v: Tensor) -> Tensor:
-        return (counts @ v.reshape(v.shape[0], -1)).reshape(v.shape[1:])
-
-    got = {s: weighted(v) / total for s, v in stats.items() if s != "mc_var"}
-    se = (weighted(stats["mc_var"]) / total ** 2).sqrt() if "mc_var" in stats else None
+    got = {s: weighted_sum(v, counts) / total for s, v in stats.items() if s != "mc_var"}
+    se = (weighted_sum(stats["mc_var"], counts) / total ** 2).sqrt() if "mc_var" in stats else None
     return ReadingMeans(true=got["true"], mc=got.get("mc"), mc_se=se, main=got.get("main"),
                         rms=got.get("rms"), upper=got.get("upper"), individual=got.get("individual"))
 
