@@ -151,3 +151,24 @@ def test_trivial_rows_do_not_change_the_ks_test():
                 t_sum, e_sum = t_sum + st["true"][..., 0, 0], e_sum + st["main"][..., 0, 0]
         ref = ks_2samp(t_sum.reshape(-1).numpy(), e_sum.reshape(-1).numpy())
         assert res.tests[0].pvalue[j] == pytest.approx(ref.pvalue)
+
+
+def test_resampled_critical_n_is_ks_critical_n_on_each_resample():
+    from normlimits.metrics.critical_n import ks_critical_n, resampled_critical_n
+
+    gen = np.random.default_rng(4)
+    grid = [1, 2, 4, 8, 16]
+    # per resample: true and expected drift together as N grows, so the critical N varies
+    true = gen.normal(size=(7, 12, 5)) + np.linspace(3, 0, 5) * gen.uniform(0.5, 1.5, size=(7, 1, 1))
+    expected = gen.normal(size=(7, 12, 5))
+    expected[2] = true[2]                            # identical samples never count as a critical N
+    true[3] = np.round(true[3])                      # ties
+    expected[3] = np.round(expected[3])
+    got = resampled_critical_n(true, expected, grid, 0.05)
+    for r in range(7):
+        want = ks_critical_n(true[r], expected[r], grid, alphas=(0.05,)).critical[0.05]
+        assert (np.isnan(got[r]) and want is None) or got[r] == want, r
+    assert np.isnan(got[2])
+    assert len({x for x in got.tolist() if x == x}) >= 2, "the planted resamples should differ"
+    with pytest.raises(ValueError, match="resamples, heads"):
+        resampled_critical_n(true[0], expected[0], grid, 0.05)

@@ -273,6 +273,14 @@ def test_units_to_decide_scales_the_half_width_as_one_over_root_n():
     assert B.units_to_decide(iv, 0.2, -0.1) == 8             # already clear
 
 
+def test_units_to_decide_uses_the_side_of_a_skewed_interval_that_faces_the_threshold():
+    iv = B.Interval(-0.005, 0.102, 8)                        # skewed: 0.012 below 0.007, 0.095 above
+    # towards 0.1 the interval reaches 0.095 from the value, against a gap of 0.093: more than
+    # the 8 windows it has (the half-width, 0.0535, would say 3, which 8 windows already beat)
+    assert B.units_to_decide(iv, 0.007, 0.1) == math.ceil(8 * (0.095 / 0.093) ** 2) == 9
+    assert B.units_to_decide(B.Interval(-0.102, 0.005, 8), -0.007, -0.1) == 9
+
+
 def test_a_criterion_decides_on_an_interval_object_as_on_a_pair():
     assert LE.decide(B.Interval(0.05, 0.2, 8)) == LE.decide((0.05, 0.2)) == "undecided"
 

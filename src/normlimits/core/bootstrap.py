@@ -256,13 +256,16 @@ def mean_of_means(resampled: Tensor) -> Tensor:
 
 def units_to_decide(interval: Interval, value: float, threshold: float) -> float:
     """Roughly how many units would make ``interval`` (around ``value``) clear ``threshold``,
-    assuming its half-width shrinks as ``1/sqrt(n)``: ``n * (half-width / |value - threshold|)^2``,
-    rounded up; ``inf`` when ``value`` sits on the threshold (then no count decides it), and
-    ``interval.n`` when it already clears it."""
-    half = (interval.high - interval.low) / 2
-    gap = abs(float(value) - float(threshold))
+    assuming its width shrinks as ``1/sqrt(n)``: ``n * (reach / |value - threshold|)^2``, rounded
+    up, where ``reach`` is how far the interval extends from ``value`` towards the threshold (a
+    bootstrap interval need not be symmetric: a median of few windows often is not); ``inf`` when
+    ``value`` sits on the threshold (then no count decides it), and ``interval.n`` when it already
+    clears it."""
+    value, threshold = float(value), float(threshold)
+    gap = abs(value - threshold)
     if gap == 0:
         return math.inf
     if interval.low > threshold or interval.high < threshold:
         return float(interval.n)
-    return float(math.ceil(interval.n * (half / gap) ** 2))
+    reach = interval.high - value if threshold > value else value - interval.low
+    return float(math.ceil(interval.n * (reach / gap) ** 2))

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 import torch
@@ -283,6 +283,14 @@ class YardstickResults:
         if reduce == "max":
             return flat.amax(-1)
         raise ValueError(f"reduce must be 'mean', 'median' or 'max' (got {reduce!r})")
+
+    def first(self, count: int) -> "YardstickResults":
+        """The results of the first ``count`` windows alone (the Jacobian statistics, measured on
+        the first windows only, of at most that many); ValueError unless 1 <= count <= windows."""
+        if not 1 <= count <= self.windows:
+            raise ValueError(f"count must lie in 1..{self.windows} (got {count})")
+        return replace(self, stats={key: {name: x[:count] for name, x in by_name.items()}
+                                    for key, by_name in self.stats.items()}, windows=count)
 
     def head_values(self, key: str, name: str) -> Tensor:
         """Per-head values, mean over windows: [heads_total, G/n] (or [nT, heads_total])."""
@@ -620,13 +628,16 @@ def synthetic_exponents(normalizers: Sequence[Normalizer], lengths: Sequence[int
     return table.reindex([nz.label for nz in normalizers]), outside
 
 
-def verdict_overview(verdicts: dict, graded: dict, labels: dict) -> str:
+def verdict_overview(verdicts: dict, graded: dict, labels: dict, intervals: dict | None = None) -> str:
     """The yardstick claims as HTML: per yardstick its registered rule in words (once: it is the
-    same for every normaliser) and a table of each normaliser's criterion values and verdict,
-    written from data (:mod:`normlimits.core.markup`), so math in a label or statistic cannot break it.
+    same for every normaliser) and a table of each normaliser's criterion values (with their
+    intervals, "value [low, high]", where ``intervals`` has them) and verdict, written from data
+    (:mod:`normlimits.core.markup`), so math in a label or statistic cannot break it.
 
     ``verdicts``: key -> :class:`YardstickVerdict`; ``graded``: (key, yardstick) -> verdict;
-    ``labels``: key -> label (MyST, ``$math$`` allowed).
+    ``labels``: key -> label (MyST, ``$math$`` allowed); ``intervals``: key -> yardstick ->
+    criterion -> :class:`normlimits.core.bootstrap.Interval`
+    (:func:`normlimits.experiments.alternatives_windows.yardstick_intervals`).
     """
     import html as _html
 
@@ -639,7 +650,10 @@ def verdict_overview(verdicts: dict, graded: dict, labels: dict) -> str:
                      f"{inline_html(tests)}.</p>")
         rows = []
         for key, v in verdicts.items():
-            values = [_html.escape(significant(v.values[y][c.key])) for c in rule.criteria]
+            ivs = (intervals or {}).get(key, {}).get(y, {})
+            values = [_html.escape(significant(v.values[y][c.key]) + (
+                f" [{significant(ivs[c.key].low)}, {significant(ivs[c.key].high)}]" if c.key in ivs else ""))
+                for c in rule.criteria]
             rows.append([inline_html(labels[key]), *values, _html.escape(graded[(key, y)])])
         parts.append(html_table(["normaliser", *(c.key for c in rule.criteria), "verdict"], rows,
                                 classes=("criterion-table", "alternatives-overview")))

@@ -31,7 +31,7 @@ from normlimits.core.fits import loglog_fit
 from normlimits.core.protocol import FIXED_N, KS_ALPHA_TEXT
 from normlimits.experiments import reading_table as RT
 from normlimits.experiments.figure2 import figure2_numbers
-from normlimits.metrics.critical_n import _pvalue, ks_statistics
+from normlimits.metrics.critical_n import resampled_critical_n
 from normlimits.metrics.token_means import PositionStudy
 
 __all__ = ["RESAMPLED", "WindowIntervals", "interval_name", "window_values", "figure2_intervals",
@@ -103,25 +103,11 @@ def _critical(true: np.ndarray, expected: np.ndarray, lengths, grid, alpha: floa
     ``expected`` [r, heads, m, n]; returns the fraction at the longest L (1: none below L) and
     the spread over the lengths, each [r] (as :func:`normlimits.experiments.reading_table.
     reading_rows` computes them from :func:`normlimits.metrics.critical_n.critical_n`)."""
-    r, heads = true.shape[:2]
-    fractions = np.ones((r, len(lengths)))
+    fractions = np.ones((true.shape[0], len(lengths)))
     for i, L in enumerate(lengths):
         cols = np.nonzero(grid < L)[0]
-        a = true[:, :, i][:, :, cols]                           # [r, heads, c]
-        b = expected[:, :, i][:, :, cols]
-        stat = ks_statistics(a.transpose(1, 0, 2).reshape(heads, -1),
-                             b.transpose(1, 0, 2).reshape(heads, -1)).reshape(r, -1)
-        identical = (a == b).all(1)
-        pvalue = np.full(stat.shape, np.nan)
-        keys = np.round(stat * heads * heads)
-        for key in np.unique(keys[~identical]):
-            where = np.argwhere((keys == key) & ~identical)[0]
-            k = (where[0], where[1])
-            pvalue[(keys == key) & ~identical] = _pvalue(a[k[0], :, k[1]], b[k[0], :, k[1]], stat[k])
-        passed = (pvalue > alpha) & ~identical
-        found = passed.any(1)
-        first = passed.argmax(1)
-        fractions[found, i] = grid[cols][first[found]] / L
+        found = resampled_critical_n(true[:, :, i][:, :, cols], expected[:, :, i][:, :, cols], grid[cols], alpha)
+        fractions[:, i] = np.where(np.isnan(found), 1.0, found / L)
     spread = np.where(fractions.min(1) > 0, fractions.max(1) / fractions.min(1), np.inf)
     return fractions[:, -1], spread
 

@@ -26,7 +26,7 @@ from normlimits.core.protocol import KS_ALPHAS, TOP_N_GRID
 from normlimits.core.fits import loglog_fit, slope_through_origin
 from normlimits.metrics.token_means import PositionStudy, position_study
 
-__all__ = ["critical_grid", "KSResult", "ks_statistics", "ks_critical_n", "PowerFit", "fit_critical_n",
+__all__ = ["critical_grid", "KSResult", "ks_statistics", "ks_critical_n", "resampled_critical_n", "PowerFit", "fit_critical_n",
            "CriticalN", "critical_n", "critical_n_search", "critical_frame"]
 
 
@@ -136,6 +136,32 @@ def ks_critical_n(true_by_head, expected_by_head, n_grid: Sequence[int],
         pvalue[j] = _pvalue(a[:, j], b[:, j], stat[j])
     return KSResult(n_grid=grid, statistic=stat, pvalue=pvalue, identical=identical,
                     critical=_critical(grid, pvalue, identical, alphas))
+
+
+def resampled_critical_n(true, expected, n_grid: Sequence[int], alpha: float) -> np.ndarray:
+    """:func:`ks_critical_n` for ``r`` resamples at once: ``true``, ``expected`` [r, heads, n]
+    (each resample's per-head values on the grid ``n_grid`` [n]); returns float [r], the critical N
+    of each resample at level ``alpha`` (NaN where no N of the grid fails to reject). Every test's
+    statistic comes from one sort (:func:`ks_statistics`) and scipy is called once per distinct
+    statistic (:data:`_PVALUES`), so the result equals :func:`ks_critical_n` resample by resample."""
+    a, b = np.asarray(true, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    grid = np.asarray(list(n_grid), dtype=np.int64).reshape(-1)
+    if a.shape != b.shape or a.ndim != 3 or a.shape[2] != grid.size:
+        raise ValueError(f"expected two [resamples, heads, {grid.size}] arrays; got {a.shape} and {b.shape}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"significance levels must lie in (0, 1); got {alpha}")
+    r, heads = a.shape[:2]
+    stat = ks_statistics(a.transpose(1, 0, 2).reshape(heads, -1),
+                         b.transpose(1, 0, 2).reshape(heads, -1)).reshape(r, -1)      # [r, n]
+    identical = (a == b).all(1)
+    pvalue = np.full(stat.shape, np.nan)
+    keys = np.round(stat * heads * heads)
+    for key in np.unique(keys[~identical]):
+        where = (keys == key) & ~identical
+        i, j = np.argwhere(where)[0]
+        pvalue[where] = _pvalue(a[i, :, j], b[i, :, j], stat[i, j])
+    passed = (pvalue > alpha) & ~identical
+    return np.where(passed.any(1), grid[passed.argmax(1)], np.nan).astype(np.float64)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,203 @@
+"""Bootstrap intervals over the corpus windows for the alternatives' yardstick claims (issue 31).
+
+:func:`normlimits.experiments.alternatives.yardstick_verdict` grades each normaliser on four
+yardsticks from per-window statistics (``YardstickResults.stats[key][name]``, a leading window
+axis [W, ...]), each averaged over the windows first. A bootstrap resample draws W windows with
+repeats; its statistics are the count-weighted means over the drawn windows
+(:func:`normlimits.core.bootstrap.weighted_sum`), and every criterion value is recomputed from them
+as the verdict computes it, for all resamples at once (``r`` resamples, one matrix product per
+statistic, batched log-log fits, one sort for every KS test):
+
+- vanishing: the median head's fitted exponent of the mean largest weight against L, and its gain
+  over the reference's exponent on the same resample;
+- distance: ``log2`` of the critical N over the reference's (Figure 2c's KS test at every N of the
+  grid, :func:`normlimits.metrics.critical_n.resampled_critical_n`); a resample on which the
+  reference has no critical N cannot grade it and is left out (NaN), as the whole sample's value
+  would be;
+- separability: the share of the grid's N >= knee where the normaliser's N_s/N (mean over heads
+  of the mean over windows) beats the reference's by the margin;
+- gradient: the share of matched temperatures with a Jacobian norm at most ``factor`` of the
+  reference's at equal selectivity. This yardstick runs on the first ``jacobian_windows`` windows
+  only (it is the costly one), so its resampling unit is those windows; with one there is no
+  interval. It is not a tensor function (an interpolation along each curve), so each distinct
+  multiset of its windows is evaluated once by the verdict's own :meth:`YardstickResults.decoupling`.
+
+The batched formulas are those of ``yardstick_verdict`` and ``YardstickResults`` written over a
+resample axis; a test checks them against the verdict computed on the drawn windows themselves.
+A window whose statistic is NaN for a head makes that head's mean NaN on every resample that draws
+it, as it does in the mean over all windows. Shapes: ``counts`` [r, W].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from normlimits.core import bootstrap as B
+from normlimits.core.bootstrap import RESAMPLES, SEED, Interval
+from normlimits.core.fits import loglog_fit
+from normlimits.metrics.critical_n import resampled_critical_n
+
+__all__ = ["JACOBIAN_STATISTICS", "drawn_means", "yardstick_window_values", "yardstick_intervals",
+           "largest_weight_interval", "interval_sentence"]
+
+#: the statistics measured on the first ``jacobian_windows`` windows only
+JACOBIAN_STATISTICS = ("jacobian", "jacobian_max", "jacobian_selectivity", "reference_jacobian",
+                       "reference_selectivity")
+
+#: the yardsticks whose criteria are computed from the counts of every window
+WINDOW_YARDSTICKS = ("vanishing", "distance", "separability")
+
+
+def drawn_means(per_window: Tensor, counts: Tensor) -> Tensor:
+    """Each resample's mean over its drawn windows: ``per_window`` [W, ...], ``counts`` [r, W]
+    (each row sums to the number drawn) -> float64 [r, ...]; NaN where a drawn window is NaN (as
+    the mean over all windows is NaN where any window is), whatever the undrawn windows hold."""
+    x = per_window.to(torch.float64)
+    bad = torch.isnan(x)
+    total = B.weighted_sum(torch.where(bad, torch.zeros_like(x), x), counts)
+    poisoned = B.weighted_sum(bad.to(torch.float64), counts) > 0
+    means = total / counts.sum(-1).reshape(-1, *([1] * (x.dim() - 1)))
+    return torch.where(poisoned, torch.full_like(means, math.nan), means)
+
+
+def _head_curves(results, key: str, name: str, counts: Tensor) -> Tensor:
+    """[r, heads, G]: per resample, per (layer, head), the drawn windows' mean curve."""
+    means = drawn_means(results.stats[key][name], counts)
+    return means.reshape(counts.shape[0], -1, means.shape[-1])
+
+
+def _exponents(results, key: str, counts: Tensor) -> Tensor:
+    """[r]: the median head's fitted exponent of the mean largest weight against L
+    (``YardstickResults.max_weight_exponent(...).median()``: torch's lower median)."""
+    curves = _head_curves(results, key, "max_weight", counts)
+    return loglog_fit(list(results.config.lengths), curves).exponent.median(-1).values
+
+
+def _critical(results, key: str, counts: Tensor, alpha: float) -> np.ndarray:
+    """[r]: the critical N of each resample (NaN: none on the grid; ``YardstickResults.critical_n``)."""
+    return resampled_critical_n(_head_curves(results, key, "distance", counts).numpy(),
+                                _head_curves(results, key, "expected", counts).numpy(),
+                                list(results.config.n_grid), alpha)
+
+
+def _separability(results, key: str, counts: Tensor) -> Tensor:
+    """[r, n]: N_s/N against N, the mean over heads (NaN heads left out) of the drawn windows' mean."""
+    return _head_curves(results, key, "separability", counts).nanmean(1)
+
+
+def yardstick_window_values(results, keys: Sequence[str], counts: Tensor, reference: str = "softmax", *,
+                            alpha: float = 0.01, margin: float = 0.02, knee: int = 16) -> dict:
+    """The vanishing, distance and separability criteria of every normaliser of ``keys`` on each
+    resample ``counts`` [r, W] of the windows: ``{(key, yardstick, criterion): array [r]}`` (NaN
+    where a resample cannot grade it). With ``counts`` all ones these are
+    :func:`normlimits.experiments.alternatives.yardstick_verdict`'s values."""
+    grid = list(results.config.n_grid)
+    start = next((i for i, n in enumerate(grid) if n >= knee), len(grid))
+    exp_r = _exponents(results, reference, counts)
+    crit_r = _critical(results, reference, counts, alpha)
+    sep_r = _separability(results, reference, counts)[:, start:]
+    out = {}
+    for key in keys:
+        exp_k = _exponents(results, key, counts)
+        out[(key, "vanishing", "exponent")] = exp_k.numpy()
+        out[(key, "vanishing", "gain")] = (exp_k - exp_r).numpy()
+        # no critical N on the grid counts as twice the largest N (a lower bound), as the verdict does
+        crit_k = np.where(np.isnan(c := _critical(results, key, counts, alpha)), 2.0 * max(grid), c)
+        out[(key, "distance", "later")] = np.log2(crit_k / crit_r)
+        sep_k = _separability(results, key, counts)[:, start:]
+        share = ((sep_k >= sep_r + margin).to(torch.float64).mean(-1) if sep_k.shape[-1]
+                 else torch.full((counts.shape[0],), math.nan, dtype=torch.float64))
+        out[(key, "separability", "every")] = share.numpy()
+        out[(key, "separability", "some")] = share.numpy()
+    return out
+
+
+def _gradient_intervals(results, keys: Sequence[str], reference: str, factor: float,
+                        resamples: int, seed: int) -> dict:
+    """``{key: {"every": Interval, "some": Interval}}`` (one share, two criteria) over the Jacobian
+    windows: each distinct multiset once, through ``YardstickResults.decoupling`` on the drawn
+    windows (on all of them it is the verdict's own value, to which the interval is widened);
+    empty with fewer than 2 of them."""
+    count = min(results.config.jacobian_windows, results.windows)
+    if count < 2:
+        return {}
+
+    def values_of(rows: list[int]) -> dict:
+        drawn = replace(results, stats={k: {name: (x[rows] if name in JACOBIAN_STATISTICS else x)
+                                            for name, x in by_name.items()}
+                                        for k, by_name in results.stats.items()})
+        out = {}
+        for key in keys:
+            dec = drawn.decoupling(key, reference)
+            out[key] = float((dec["ratios"] <= factor).to(torch.float64).mean()) if dec["matched"] else None
+        return out
+
+    found = B.bootstrap_values(count, values_of, keys, resamples=resamples, seed=seed, exchangeable=True)
+    return {key: {"every": interval, "some": interval} for key, interval in found.items()}
+
+
+def yardstick_intervals(results, verdicts: dict, reference: str = "softmax", *, alpha: float = 0.01,
+                        margin: float = 0.02, factor: float = 0.5, knee: int = 16,
+                        resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, dict[str, dict[str, Interval]]]:
+    """Percentile bootstrap intervals over the windows of every criterion the yardstick claims
+    grade: ``verdicts`` maps each normaliser's key to its
+    :class:`~normlimits.experiments.alternatives.YardstickVerdict` (the values recorded, to which each
+    interval is widened, and the reasons: a yardstick with a reason is not graded and gets none).
+    Returns ``{key: {yardstick: {criterion: Interval}}}``, an empty dict where there is none
+    (fewer than 2 windows; the gradient yardstick with fewer than 2 Jacobian windows)."""
+    keys = list(verdicts)
+    out: dict = {key: {y: {} for y in (*WINDOW_YARDSTICKS, "gradient")} for key in keys}
+    if results.windows >= 2:
+        estimates = {(key, y, c): v.values[y][c] for key, v in verdicts.items()
+                     for y in WINDOW_YARDSTICKS if v.reason.get(y) is None for c in v.values[y]}
+        found = B.bootstrap_counts(
+            results.windows,
+            lambda counts: {k: v for k, v in yardstick_window_values(results, keys, counts, reference, alpha=alpha,
+                                                                     margin=margin, knee=knee).items()
+                            if k in estimates},
+            estimates, resamples=resamples, seed=seed)
+        for (key, y, c), interval in found.items():
+            out[key][y][c] = interval
+    graded = [key for key, v in verdicts.items() if v.reason.get("gradient") is None]
+    for key, ivs in _gradient_intervals(results, graded, reference, factor, resamples, seed).items():
+        out[key]["gradient"] = ivs
+    return out
+
+
+def largest_weight_interval(results, key: str, estimate: float, *, resamples: int = RESAMPLES,
+                            seed: int = SEED) -> Interval | None:
+    """The interval over the windows of ``YardstickResults.curve(key, "max_weight")[-1]`` (the mean
+    over heads of the mean largest weight at the longest L), widened to ``estimate``; None with
+    fewer than 2 windows."""
+    if results.windows < 2:
+        return None
+
+    def values_of(counts: Tensor) -> dict:
+        return {"top": _head_curves(results, key, "max_weight", counts)[..., -1].nanmean(-1).numpy()}
+
+    return B.bootstrap_counts(results.windows, values_of, {"top": estimate},
+                              resamples=resamples, seed=seed)["top"]
+
+
+def interval_sentence(intervals: dict, windows: int, jacobian_windows: int) -> str:
+    """The chapter's sentence on how the yardstick claims' intervals were computed (or why some
+    rows have none)."""
+    given = [iv for by_y in intervals.values() for ivs in by_y.values() for iv in ivs.values()]
+    if not given:
+        return (f"With {windows} window(s) no interval can be given: these claims are graded on the "
+                "windows' values, and their rows carry no interval.")
+    first = given[0]
+    gradient = ("The gradient yardstick runs on the first window only, so its rows carry no "
+                "interval." if jacobian_windows < 2 else
+                f"The gradient yardstick runs on the first {jacobian_windows} windows, which are "
+                "its resampling unit.")
+    return (f"Each yardstick criterion gets a {first.level:.0%} percentile bootstrap interval over the "
+            f"windows ({first.resamples:,} resamples of the {windows} windows, drawn with repeats, "
+            "each measured as the pooled sweep is: means over the drawn windows, then the exponents, "
+            "the KS tests and the shares; normlimits.experiments.alternatives_windows). " + gradient)

@@ -1,0 +1,187 @@
+"""Tests of normlimits.experiments.alternatives_windows: the yardstick claims' intervals over windows."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from normlimits.claims import claim
+from normlimits.claims.alternatives import claim_id
+from normlimits.core import bootstrap as B
+from normlimits.experiments import alternatives as A
+from normlimits.experiments import alternatives_windows as AW
+
+KEYS = ("softmax", "ssmax", "sparsemax", "softmax1", "topk-log2")
+OPTIONS = dict(alpha=0.01, margin=0.0, knee=4)
+
+
+@pytest.fixture(scope="module")
+def five_windows():
+    """The yardsticks of five windows of the tiny model, the Jacobian on the first two."""
+    from conftest import make_tiny_gpt2
+    from normlimits.model.capture import iter_captures
+    from normlimits.model.pretrained import LoadedModel, byte_encode
+
+    tiny_loaded = LoadedModel(model=make_tiny_gpt2(), name="tiny", source="test", encode=byte_encode,
+                              tokenizer_kind="bytes", is_paper_model=False)
+
+    windows = torch.stack([(k * torch.arange(64) + 3 * k) % 250 for k in (1, 7, 11, 13, 17)])
+    config = A.YardstickConfig.for_window(64, rows=6, jacobian_rows=4, smallest=8,
+                                          temperatures=(0.1, 1.0, 10.0), jacobian_windows=2)
+    return A.measure(iter_captures(tiny_loaded, windows), list(KEYS), config)
+
+
+def drawn(results, counts_row):
+    """The results of the drawn windows themselves (each repeated as often as drawn)."""
+    rows = [w for w in range(results.windows) for _ in range(int(counts_row[w]))]
+    return replace(results, stats={k: {n: (x if n in AW.JACOBIAN_STATISTICS else x[rows])
+                                       for n, x in d.items()} for k, d in results.stats.items()})
+
+
+def test_window_values_are_the_verdict_on_the_drawn_windows(five_windows):
+    counts = B.resample_counts(five_windows.windows, 6, seed=5)
+    got = AW.yardstick_window_values(five_windows, KEYS[1:], counts, **OPTIONS)
+    compared = 0
+    for i in range(counts.shape[0]):
+        sample = drawn(five_windows, counts[i])
+        for key in KEYS[1:]:
+            verdict = A.yardstick_verdict(sample, key, **OPTIONS)
+            for y in AW.WINDOW_YARDSTICKS:
+                for c, value in verdict.values[y].items():
+                    g = got[(key, y, c)][i]
+                    assert (math.isnan(g) and math.isnan(value)) or g == pytest.approx(value, rel=1e-9, abs=1e-12), \
+                        (i, key, y, c)
+                    compared += 1
+    assert compared == 6 * 4 * 5          # 2 vanishing, 1 distance, 2 separability criteria
+    ones = torch.ones(1, five_windows.windows, dtype=torch.float64)
+    whole = AW.yardstick_window_values(five_windows, ["ssmax"], ones, **OPTIONS)
+    v = A.yardstick_verdict(five_windows, "ssmax", **OPTIONS)
+    assert whole[("ssmax", "vanishing", "exponent")][0] == pytest.approx(v.values["vanishing"]["exponent"], rel=1e-12)
+
+
+def with_critical_n(results, first: dict) -> "A.YardstickResults":
+    """``results`` with each key's expected distances planted so that its KS test rejects below
+    grid index ``first[key]`` (expected far above) and cannot reject from it on (the same values
+    over the heads, in another order), window by window."""
+    stats = {k: dict(d) for k, d in results.stats.items()}
+    for key, c in first.items():
+        true = stats[key]["distance"]                                   # [W, layers, heads, n]
+        flat = true.reshape(true.shape[0], -1, true.shape[-1])
+        expected = flat.flip(1).clone()
+        expected[..., :c] += 10.0
+        stats[key]["expected"] = expected.reshape(true.shape)
+    return replace(results, stats=stats)
+
+
+def test_the_distance_criterion_is_the_verdicts_where_softmax_has_a_critical_n(five_windows):
+    planted = with_critical_n(five_windows, {"softmax": 1, "ssmax": 3, "sparsemax": 0})
+    counts = B.resample_counts(planted.windows, 4, seed=2)
+    got = AW.yardstick_window_values(planted, ["ssmax", "sparsemax", "softmax1"], counts, **OPTIONS)
+    grid = list(planted.config.n_grid)
+    assert got[("ssmax", "distance", "later")].tolist() == [math.log2(grid[3] / grid[1])] * 4
+    assert got[("sparsemax", "distance", "later")].tolist() == [math.log2(grid[0] / grid[1])] * 4
+    for i in range(4):
+        for key in ("ssmax", "sparsemax", "softmax1"):
+            want = A.yardstick_verdict(drawn(planted, counts[i]), key, **OPTIONS).values["distance"]["later"]
+            assert got[(key, "distance", "later")][i] == pytest.approx(want, rel=1e-12)
+
+
+def test_drawn_means_keep_a_nan_only_where_a_drawn_window_has_one():
+    per_window = torch.tensor([[1.0, 2.0], [3.0, math.nan], [5.0, 6.0]], dtype=torch.float64)
+    counts = torch.tensor([[1.0, 1.0, 1.0], [2.0, 0.0, 1.0], [0.0, 3.0, 0.0]], dtype=torch.float64)
+    means = AW.drawn_means(per_window, counts)
+    assert means[0, 0] == 3.0 and math.isnan(means[0, 1])
+    assert means[1].tolist() == [7.0 / 3, 10.0 / 3]            # the NaN window was not drawn
+    assert means[2, 0] == 3.0 and math.isnan(means[2, 1])
+    assert torch.equal(means[0, :1], per_window.mean(0)[:1])
+
+
+def test_intervals_cover_every_graded_criterion_with_its_unit(five_windows):
+    verdicts = {k: A.yardstick_verdict(five_windows, k, **OPTIONS) for k in KEYS[1:]}
+    ivs = AW.yardstick_intervals(five_windows, verdicts, resamples=400, **OPTIONS)
+    for key, v in verdicts.items():
+        for y in AW.WINDOW_YARDSTICKS:
+            if v.reason[y] is not None:
+                assert ivs[key][y] == {}, "a yardstick that is not graded gets no interval"
+                continue
+            for c, value in v.values[y].items():
+                iv = ivs[key][y][c]
+                assert iv.n == 5 and iv.unit == "window" and iv.resamples == 400
+                assert iv.low <= value <= iv.high
+        if v.reason["gradient"] is None:
+            iv = ivs[key]["gradient"]["every"]
+            assert iv.n == 2 and iv is ivs[key]["gradient"]["some"]
+            assert iv.low <= v.values["gradient"]["every"] <= iv.high
+    # the same seed gives the same intervals
+    again = AW.yardstick_intervals(five_windows, verdicts, resamples=400, **OPTIONS)
+    assert again["ssmax"]["vanishing"]["gain"] == ivs["ssmax"]["vanishing"]["gain"]
+
+
+def test_no_interval_from_one_window_or_one_jacobian_window(five_windows):
+    one = five_windows.first(1)
+    verdicts = {k: A.yardstick_verdict(one, k, **OPTIONS) for k in ("ssmax",)}
+    assert AW.yardstick_intervals(one, verdicts, **OPTIONS) == {
+        "ssmax": {"vanishing": {}, "distance": {}, "separability": {}, "gradient": {}}}
+    single_jacobian = replace(five_windows, config=replace(five_windows.config, jacobian_windows=1))
+    verdicts = {"ssmax": A.yardstick_verdict(single_jacobian, "ssmax", **OPTIONS)}
+    ivs = AW.yardstick_intervals(single_jacobian, verdicts, resamples=200, **OPTIONS)
+    assert ivs["ssmax"]["gradient"] == {} and ivs["ssmax"]["vanishing"]
+    assert AW.largest_weight_interval(one, "ssmax", 0.5) is None
+    assert "no interval" in AW.interval_sentence({"ssmax": {"vanishing": {}}}, 1, 1)
+
+
+def test_first_windows_and_its_errors(five_windows):
+    three = five_windows.first(3)
+    assert three.windows == 3
+    assert torch.equal(three.stats["ssmax"]["max_weight"], five_windows.stats["ssmax"]["max_weight"][:3])
+    assert three.stats["ssmax"]["jacobian"].shape[0] == 2
+    with pytest.raises(ValueError, match="count must lie in 1..5"):
+        five_windows.first(6)
+
+
+def test_a_statistic_straddling_its_threshold_is_inconclusive(five_windows):
+    """Planted: windows whose largest weight falls as L^e with e spread around -0.1 (the rule's
+    flatness threshold), softmax's as 1/L (so the gain criterion holds): the exponent's interval
+    contains -0.1 and the verdict, confirmed or corrected by that criterion, is inconclusive."""
+    lengths = torch.tensor(five_windows.config.lengths, dtype=torch.float64)
+    exponents = torch.tensor([-0.5, -0.3, -0.1, 0.1, 0.3], dtype=torch.float64)
+    mw = five_windows.stats["ssmax"]["max_weight"]
+    planted = (lengths[None, :] ** exponents[:, None]).reshape(5, 1, 1, -1).expand_as(mw).clone()
+    soft = (1.0 / lengths).expand_as(five_windows.stats["softmax"]["max_weight"]).clone()
+    stats = {k: dict(d) for k, d in five_windows.stats.items()}
+    stats["ssmax"]["max_weight"], stats["softmax"]["max_weight"] = planted, soft
+    results = replace(five_windows, stats=stats)
+    verdict = A.yardstick_verdict(results, "ssmax", **OPTIONS)
+    ivs = AW.yardstick_intervals(results, {"ssmax": verdict}, resamples=500, **OPTIONS)
+    exponent = ivs["ssmax"]["vanishing"]["exponent"]
+    assert exponent.low < -0.1 < exponent.high
+    assert ivs["ssmax"]["vanishing"]["gain"].low > 0.1
+    rule = claim(claim_id("ssmax", "vanishing")).rule
+    assert rule.grade(verdict.values["vanishing"], ivs["ssmax"]["vanishing"]) == "inconclusive"
+
+
+def test_largest_weight_interval_is_the_sweep_table_number(five_windows):
+    estimate = float(five_windows.curve("ssmax", "max_weight")[-1])
+    iv = AW.largest_weight_interval(five_windows, "ssmax", estimate, resamples=300)
+    assert iv.n == 5 and iv.low <= estimate <= iv.high
+    by_hand = []
+    for row in B.resample_counts(5, 300).tolist():
+        by_hand.append(float(drawn(five_windows, row).curve("ssmax", "max_weight")[-1]))
+    low, high = np.quantile(by_hand, [0.025, 0.975])
+    assert iv.low == pytest.approx(min(low, estimate), rel=1e-9)
+    assert iv.high == pytest.approx(max(high, estimate), rel=1e-9)
+
+
+def test_overview_shows_values_with_their_intervals(five_windows):
+    verdicts = {k: A.yardstick_verdict(five_windows, k, **OPTIONS) for k in ("ssmax", "sparsemax")}
+    ivs = AW.yardstick_intervals(five_windows, verdicts, resamples=200, **OPTIONS)
+    graded = {(k, y): "refuted" for k in verdicts for y in ("vanishing", "distance", "separability", "gradient")}
+    text = A.verdict_overview(verdicts, graded, {"ssmax": "SSMax", "sparsemax": "sparsemax"}, ivs)
+    gain = ivs["ssmax"]["vanishing"]["gain"]
+    from normlimits.core.markup import significant
+
+    assert f"[{significant(gain.low)}, {significant(gain.high)}]" in text
