@@ -43,6 +43,12 @@ def test_a_reader_regrades_the_ledger_from_its_recorded_statistics(built_book):
             assert registered[field] == row[field], (row["id"], field)
 
 
+def test_every_graded_row_has_its_intervals_or_says_why_not(built_book):
+    """Issue 31: every row graded on measurements carries intervals over its resampling unit, or
+    says why it has none (one window, a fixed synthetic computation, the seed as unit)."""
+    assert claims.without_interval(_rows(built_book)) == []
+
+
 def test_every_chapter_recorded_its_time_within_twice_its_budget(built_book):
     """Budgets live in normlimits.core.protocol; a chapter over twice its budget fails the build."""
     from normlimits.core.protocol import CHAPTER_BUDGET_SECONDS

@@ -339,3 +339,17 @@ def test_unit_counts_and_weighted_sums_are_the_resamples_sums():
     got = B.weighted_sum(per_unit, batch)
     assert got.shape == (2, 2, 3)
     torch.testing.assert_close(got[1], per_unit.sum(0))
+
+
+def test_without_interval_names_the_graded_rows_that_neither_resample_nor_say_why():
+    rule = claims.claim("NU").rule
+    values = {c.key: 0.0 for c in rule.criteria}
+    bare = claims.make_row("NU", values, "x", chapter="a", model="m")
+    said = claims.make_row("NU", values, "x", chapter="a", model="m", unresampled="one window")
+    resampled = claims.make_row("NU", values, "x", chapter="a", model="m",
+                                intervals={rule.headline: B.Interval(-1.0, 1.0, 8)})
+    untestable = claims.make_row("NU", {c.key: None for c in rule.criteria}, "x", chapter="a",
+                                 model="m", reason="no model")
+    checks = claims.make_row("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "x",
+                             chapter="a", model="m")
+    assert claims.without_interval([bare, said, resampled, untestable, checks]) == ["NU (-, m)"]

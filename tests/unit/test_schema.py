@@ -37,6 +37,16 @@ def ledger_doc():
     return ledger.ledger_document(_rows_for_every_claim())
 
 
+def before_3_0(doc: dict) -> dict:
+    """``doc`` as a writer before 3.0 wrote it: the criteria 3.0 calls checks were measurements."""
+    old = copy.deepcopy(doc)
+    for row in old["rows"]:
+        for c in row["criteria"]:
+            if c["kind"] == "check":
+                c["kind"] = "measurement"
+    return old
+
+
 def test_every_schema_file_is_a_valid_draft_2020_12_schema_of_its_version():
     from jsonschema import Draft202012Validator
 
@@ -161,7 +171,7 @@ def test_a_1_0_ledger_stays_valid_and_1_1_adds_only_the_optional_paper_value(led
     closed), and a 1.1 row may omit it."""
     assert schema.versions()[:2] == ["1.0", "1.1"]
     assert all("paper_value" in row for row in ledger_doc["rows"])
-    old = copy.deepcopy(ledger_doc)
+    old = before_3_0(ledger_doc)
     old["schema_version"] = "1.0"
     for row in old["rows"]:
         row.pop("paper_value")
@@ -190,7 +200,7 @@ def test_1_2_adds_only_the_optional_readings_and_selection(ledger_doc):
     valid under 1.1, the new fields are refused there (closed objects), and a 1.2 row may omit
     them."""
     assert schema.versions()[:3] == ["1.0", "1.1", "1.2"]
-    old = copy.deepcopy(ledger_doc)
+    old = before_3_0(ledger_doc)
     old["schema_version"] = "1.1"
     assert schema.problems(old, "ledger") == []
     new = {**copy.deepcopy(ledger_doc), "rows": [_reading_row()]}
@@ -254,7 +264,7 @@ def test_2_1_adds_intervals_to_the_readings_entries_and_the_rows_corpus(ledger_d
     from normlimits.core.bootstrap import Interval
     from normlimits.experiments import reading_table as RT
 
-    assert schema.SCHEMA_VERSION == "2.1" and "2.1" in schema.versions()
+    assert "2.1" in schema.versions()
     reading = RT.Reading("scaled")
     table = [RT.ReadingRow(reading=reading, n=5, length=1024, ratio=1.9, ratio_mc_error=0.0,
                            exp_true=1.0, exp_expected=1.0, search=None, fraction={0.01: 0.06},
@@ -272,3 +282,36 @@ def test_2_1_adds_intervals_to_the_readings_entries_and_the_rows_corpus(ledger_d
     new = {**copy.deepcopy(ledger_doc), "schema_version": "2.1", "rows": [elsewhere]}
     assert schema.problems(new, "ledger") == []
     assert any("corpus" in p for p in schema.problems({**new, "schema_version": "2.0"}, "ledger"))
+
+
+def test_3_0_adds_the_check_kind_and_the_reason_a_row_has_no_interval(ledger_doc):
+    """3.0 (issue 31): a criterion may be a ``check`` (an extreme or a count of violations over
+    everything measured: one counterexample decides it, and it takes no interval), a new value in
+    a closed list, hence a major version; a row may say why it has no interval (``unresampled``).
+    Both are refused by 2.1."""
+    from normlimits.core.bootstrap import Interval
+
+    assert schema.SCHEMA_VERSION == "3.0" and "3.0" in schema.versions()
+    checks = claims.make_row("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "x",
+                             chapter="vanishing", model="m")
+    assert {c["kind"] for c in checks["criteria"]} == {"check"} and "resampling" not in checks
+    new = {**copy.deepcopy(ledger_doc), "schema_version": "3.0", "rows": [checks]}
+    assert schema.problems(new, "ledger") == []
+    assert any("kind" in p for p in schema.problems({**new, "schema_version": "2.1"}, "ledger"))
+    with pytest.raises(ValueError, match="is an check|is a check|takes no interval"):
+        claims.make_row("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "x", chapter="vanishing",
+                        model="m", intervals={"literal_outside": Interval(0.0, 0.1, 8)})
+    rule = claims.claim("NU").rule
+    values = {c.key: 0.0 for c in rule.criteria}
+    alone = claims.make_row("NU", values, "x", chapter="architectures", model="m",
+                            unresampled="one window: there is no unit to resample")
+    new = {**copy.deepcopy(ledger_doc), "schema_version": "3.0", "rows": [alone]}
+    assert schema.problems(new, "ledger") == []
+    assert any("unresampled" in p for p in schema.problems({**new, "schema_version": "2.1"}, "ledger"))
+    assert "No interval:" in claims.Graded(alone)._repr_html_()
+    assert "(check)" in claims.Graded(checks)._repr_html_()
+    with pytest.raises(ValueError, match="unresampled"):
+        claims.make_row("NU", values, "x", chapter="a", model="m", unresampled=" ")
+    with pytest.raises(ValueError, match="unresampled"):
+        claims.make_row("NU", values, "x", chapter="a", model="m", unresampled="one window",
+                        intervals={rule.headline: Interval(-1.0, 1.0, 8)})

@@ -151,7 +151,7 @@ def _verdict_cell(verdict: str) -> str:
 
 
 def _criteria_details(row: Mapping) -> str:
-    rows = [[f"<code>{esc(c['key'])}</code>" + (" (identity)" if c["kind"] == "identity" else ""),
+    rows = [[f"<code>{esc(c['key'])}</code>" + (f" ({c['kind']})" if c["kind"] != "measurement" else ""),
              esc(c["statistic_text"]), f'<span class="number">{esc(value_text(c))}</span>',
              esc(criterion_test(c)), {True: "yes", False: "no", None: "not measured"}[c["passed"]]]
             for c in row["criteria"]]

@@ -136,7 +136,7 @@ class Graded:
             crit = Criterion(c["key"], c["statistic"], c["op"],
                              tuple(c["threshold"]) if isinstance(c["threshold"], list) else c["threshold"],
                              c["kind"])
-            kind = " (identity)" if c["kind"] == "identity" else ""
+            kind = f" ({c['kind']})" if c["kind"] != "measurement" else ""
             passed = {True: "yes", False: "no", None: "not measured"}.get(c["passed"], str(c["passed"]))
             if "decision" in c:            # decided on the whole interval (issue 31)
                 passed = {"pass": "yes", "fail": "no", "undecided": "undecided"}[c["decision"]]
@@ -153,6 +153,8 @@ class Graded:
             parts.append(f"<p><em>Scope:</em> {inline_html(row['scope'])}.</p>")
         if row.get("reason"):
             parts.append(f"<p><em>Not testable here:</em> {inline_html(row['reason'])}</p>")
+        if row.get("unresampled"):
+            parts.append(f"<p><em>No interval:</em> {inline_html(row['unresampled'])}</p>")
         if row.get("selection"):
             parts.append(f"<p><em>Chosen reading:</em> {inline_html(selection_words(row))}.</p>")
         if row.get("readings"):
@@ -167,7 +169,7 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
              model: str, variant: str | None = None, reason: str | None = None,
              reading: str | None = None, readings: list[dict] | None = None,
              selection: Mapping | None = None, intervals: Mapping | None = None,
-             corpus: str | None = None) -> dict:
+             corpus: str | None = None, unresampled: str | None = None) -> dict:
     """The ledger row of claim ``claim_id`` graded on ``values`` by its registered rule, validated
     (:func:`normlimits.claims.ledger.validate_row`) but not written anywhere.
 
@@ -202,6 +204,11 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
                             "reproducing": list(selection["reproducing"])}
     if corpus:
         row["corpus"] = corpus
+    if unresampled is not None:
+        if intervals or not unresampled.strip():
+            raise ValueError(f"claim {claim_id}: unresampled= says why a row has no interval; give it "
+                             "a sentence, and only on a row without intervals")
+        row["unresampled"] = unresampled
     resampling = _resampling(claim_id, intervals)
     if resampling:
         row["resampling"] = resampling
@@ -244,7 +251,7 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
            variant: str | None = None, model: str | None = None, reason: str | None = None,
            reading: str | None = None, readings: list[dict] | None = None,
            selection: Mapping | None = None, intervals: Mapping | None = None,
-           corpus: str | None = None, glue: bool = True) -> Graded:
+           corpus: str | None = None, unresampled: str | None = None, glue: bool = True) -> Graded:
     """Grade ``values`` by claim ``claim_id``'s registered rule and write its ledger row.
 
     Args:
@@ -267,6 +274,9 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
         corpus: the text the windows came from, when it is not the book's corpus (a replication
             on another text or other windows; rows of one claim on one model are compared per
             corpus, :func:`normlimits.claims.ledger.inconsistent`).
+        unresampled: on a row without intervals whose rule has measurement criteria, why there is
+            none (one window, a fixed synthetic computation, a single seed): the ledger then says
+            so instead of leaving the reader to guess (a book test requires one or the other).
         glue: also glue ``verdict_<id>`` (``verdict_<id>_<variant>``) for the chapter's prose.
 
     Returns the :class:`Graded` row (display it to show the rule on the page).
@@ -275,7 +285,7 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
     model = model or (None if isinstance(ctx, str) else ctx.model_label)
     row = make_row(claim_id, values, measured, chapter=chapter, model=model, variant=variant,
                    reason=reason, reading=reading, readings=readings, selection=selection,
-                   intervals=intervals, corpus=corpus)
+                   intervals=intervals, corpus=corpus, unresampled=unresampled)
     ledger.write_row(row)
     if glue:
         from normlimits.core.glued import glue as glue_value
@@ -328,6 +338,18 @@ def undecided_criteria(rows) -> dict[str, list[str]]:
     return {r["id"]: [c["key"] for c in r["criteria"] if c.get("decision") == "undecided"]
             for r in rows if not r.get("variant") and r["verdict"] == "inconclusive"
             and any(c.get("decision") == "undecided" for c in r["criteria"])}
+
+
+def without_interval(rows) -> list[str]:
+    """The rows among ``rows`` (ledger rows) that leave a reader guessing about their uncertainty:
+    graded (not "not testable") by a rule with a measurement criterion, yet with no interval
+    (no ``resampling``) and no ``unresampled`` reason. Returns ``"id (variant, model)"`` labels."""
+    out = []
+    for r in rows:
+        measures = any(c["kind"] == "measurement" for c in r["criteria"])
+        if measures and r["verdict"] != "not testable" and "resampling" not in r and not r.get("unresampled"):
+            out.append(f"{r['id']} ({r.get('variant') or '-'}, {r['model']})")
+    return out
 
 
 def undecided_sentence(rows, half_intervals: Mapping[str, Mapping], *, on_threshold: str,

@@ -47,9 +47,10 @@ CLAIMS = (
         rule=Rule(
             criteria=(
                 Criterion("worst_model", "largest $\\tilde d$ / bound over every window, head, "
-                          "row and $N$ of the model (float tolerance $10^{-5}$)", "<=", 1.00001),
+                          "row and $N$ of the model (float tolerance $10^{-5}$)", "<=", 1.00001,
+                          kind="check"),
                 Criterion("synthetic_violations", "synthetic rows with $\\tilde d$ above the "
-                          "bound", "==", 0),
+                          "bound", "==", 0, kind="check"),
             ),
             outcomes=(("all", "confirmed"), ("else", "refuted")),
             headline="worst_model",
@@ -69,7 +70,7 @@ CLAIMS = (
             criteria=(
                 Criterion("outside", "checks (exact enumeration, synthetic and model Monte Carlo) "
                           "with $\\mathbb E\\tilde d$ outside [main, rms] by more than 5 standard "
-                          "errors", "==", 0),
+                          "errors", "==", 0, kind="check"),
                 Criterion("gap", "median over heads of $(\\mathbb E\\tilde d - \\text{main})/"
                           "\\text{main}$ on the model ($N = 5$, longest $L$, every query "
                           "position)", "<=", 0.1),
@@ -102,7 +103,7 @@ CLAIMS = (
                           "$\\mathbb E\\tilde d$ ($N = 5$, every query position)", "between",
                           LINEAR_EXPONENT_BAND),
                 Criterion("corrected_violations", "rows (synthetic, enumerated, model) breaking "
-                          "the corrected statement", "==", 0),
+                          "the corrected statement", "==", 0, kind="check"),
             ),
             outcomes=(("all:ratio_model,ratio_flat,exp_expected", "confirmed"),
                       ("all:corrected_violations", "corrected"), ("else", "refuted")),

@@ -31,10 +31,10 @@ CLAIMS = (
                 Criterion("first_order", "largest relative gap between the computed "
                           "$\\lVert\\alpha^{(1)}-\\alpha^{(2)}\\rVert$ and "
                           "$\\tfrac{3\\sqrt2}{4}\\varepsilon/T$ where $\\varepsilon/T\\le0.01$",
-                          "<=", 0.01),
+                          "<=", 0.01, kind="check"),
                 Criterion("gain", "largest computed $\\lVert\\alpha^{(1)}-\\alpha^{(2)}\\rVert"
                           "\\,T/\\varepsilon$ over every $(T,\\varepsilon)$ of the table, in units "
-                          "of $\\tfrac{3\\sqrt2}{4}$", "<=", 1 + _ROUNDING),
+                          "of $\\tfrac{3\\sqrt2}{4}$", "<=", 1 + _ROUNDING, kind="check"),
             ),
             outcomes=(("all", "confirmed"), ("else", "refuted")),
             headline="first_order",
@@ -55,7 +55,7 @@ CLAIMS = (
         rule=Rule(
             criteria=(
                 Criterion("bound_holds", "largest $\\lVert J\\rVert_2$ over the reconstructed "
-                          "bound's second line on random rows of four maps $F$", "<=", 1 + _ROUNDING),
+                          "bound's second line on random rows of four maps $F$", "<=", 1 + _ROUNDING, kind="check"),
                 Criterion("softmax_growth", "softmax at $T=1$: $\\lVert J\\rVert_2$ at the "
                           "smallest $\\min_jF$ over $\\lVert J\\rVert_2$ at the largest", ">=", 1),
                 Criterion("linear_growth", "$F(\\ell)=\\ell$: $\\lVert J\\rVert_2$ at the "
@@ -80,9 +80,9 @@ CLAIMS = (
             criteria=(
                 Criterion("paper_constant", "largest measured $\\lVert J\\rVert_2\\,T$ over the "
                           "model's rows at every $T$ and the adversarial rows (ascent on "
-                          "$\\lambda_{\\max}$ from random starts)", "<=", 0.25 * (1 + _ROUNDING)),
+                          "$\\lambda_{\\max}$ from random starts)", "<=", 0.25 * (1 + _ROUNDING), kind="check"),
                 Criterion("corrected_constant", "the same largest $\\lVert J\\rVert_2\\,T$",
-                          "<=", 0.5 * (1 + _ROUNDING)),
+                          "<=", 0.5 * (1 + _ROUNDING), kind="check"),
             ),
             outcomes=(("all", "confirmed"), ("all:corrected_constant", "corrected"),
                       ("else", "refuted")),

@@ -44,9 +44,13 @@ OUTCOME_VERDICTS = ("confirmed", "corrected", "refuted", "not reproduced")
 #: a criterion's decision under its interval
 DECISIONS = ("pass", "fail", "undecided")
 OPS = ("<=", "<", ">=", ">", "==", "between", "outside")
-#: measurement: a number from data that could have come out otherwise; identity: a value fixed by
-#: construction (an empty sum, a derivation closing), shown but never enough for a verdict alone
-KINDS = ("measurement", "identity")
+#: measurement: a number from data that could have come out otherwise, and which other data (other
+#: windows, seeds, draws) could move: it takes an interval; identity: a value fixed by construction
+#: (an empty sum, a derivation closing), shown but never enough for a verdict alone; check: an
+#: extreme or a count of violations over everything measured (of a proven inequality, or of a
+#: computation against its exact value), which one counterexample decides: no resample makes it
+#: more certain, so it takes no interval (schema 3.0)
+KINDS = ("measurement", "identity", "check")
 _OP_WORDS = {"<=": "≤", "<": "<", ">=": "≥", ">": ">", "==": "=", "between": "in", "outside": "outside"}
 
 
@@ -154,8 +158,8 @@ class Rule:
             raise ValueError(f"a rule needs at least one criterion and unique keys (got {keys})")
         if self.headline not in keys:
             raise ValueError(f"headline {self.headline!r} is not one of the criteria {keys}")
-        if not any(c.kind == "measurement" for c in self.criteria):
-            raise ValueError("a rule must rest on at least one measurement, not on identities alone")
+        if not any(c.kind in ("measurement", "check") for c in self.criteria):
+            raise ValueError("a rule must rest on at least one measurement or check, not on identities alone")
         if not self.outcomes or self.outcomes[-1][0] != "else":
             raise ValueError("the last outcome must be ('else', verdict)")
         for condition, verdict in self.outcomes:
@@ -208,7 +212,7 @@ class Rule:
             if c.key not in intervals or results[c.key] is None:
                 continue
             if c.kind != "measurement":
-                raise ValueError(f"criterion {c.key!r} is an identity: it takes no interval")
+                raise ValueError(f"criterion {c.key!r} is an {c.kind}: it takes no interval")
             decision = c.decide(_bounds(intervals[c.key]))
             results[c.key] = "undecided" if decision == "undecided" else decision == "pass"
         return results

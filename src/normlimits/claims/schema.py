@@ -34,6 +34,10 @@ level, seed). A 1.x file validates against its own version's schemas as before.
 ``intervals`` on each entry of a row's ``readings`` (the criteria's intervals under that reading,
 its verdict graded on them), and an optional row field ``corpus`` (the text a row's windows came
 from, when it is not the book's corpus).
+3.0 (issue 31, every row with its interval or the reason it has none): a criterion ``kind``
+``check`` (an extreme or a count of violations over everything measured, which one counterexample
+decides and which takes no interval: a new value in a closed list, so a major version), and an
+optional row field ``unresampled`` (why a row's measurement criteria carry no interval).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ __all__ = ["SCHEMA_VERSION", "DOCUMENTS", "SchemaError", "schema_root", "version
            "problems", "validate", "read_document"]
 
 #: the version every file is written with now
-SCHEMA_VERSION = "2.1"
+SCHEMA_VERSION = "3.0"
 #: the documents with a schema (``<name>.schema.json``); ``row`` is their shared row format
 DOCUMENTS = ("audit", "ledger", "compare")
 ROW = "row"

@@ -29,7 +29,7 @@ CLAIMS = (
                 Criterion("proven_violations", "Monte Carlo configurations under the assumptions "
                           "(uniform points, and $\\delta$-separated points by rejection) whose "
                           "estimate of $\\mathbb{E} C_r/N$ leaves the proven bounds by more than 4 "
-                          "standard errors", "==", 0),
+                          "standard errors", "==", 0, kind="check"),
                 Criterion("paper_shaped_excess", "standard errors by which the Monte Carlo "
                           "estimate exceeds the paper-shaped upper bound "
                           "$\\frac1N\\sum_i e^{-(\\xi_i^\\delta-r)^2/(2M^2)}$ in the book's "

@@ -19,7 +19,7 @@ CLAIMS = (
         rule=Rule(
             criteria=(
                 Criterion("outside", "weights outside the lemma's exact bounds, synthetic bounded "
-                          "logits (softmax at three bounds and $F$ = softplus)", "==", 0),
+                          "logits (softmax at three bounds and $F$ = softplus)", "==", 0, kind="check"),
                 Criterion("exponent", "fitted exponent of the largest weight against $L$, worst "
                           "of the uniform bounded-logit families", "between", (-1.1, -0.9)),
             ),
@@ -39,9 +39,9 @@ CLAIMS = (
             criteria=(
                 Criterion("literal_outside", "fraction of the model's weights outside the bound "
                           "with the literal per-key $\\Delta_i = \\lVert q\\rVert\\lVert k_i\\rVert$",
-                          "==", 0),
+                          "==", 0, kind="check"),
                 Criterion("maxkey_outside", "fraction outside with $\\Delta = \\lVert q\\rVert"
-                          "\\max_j\\lVert k_j\\rVert$ (logit units)", "==", 0),
+                          "\\max_j\\lVert k_j\\rVert$ (logit units)", "==", 0, kind="check"),
             ),
             outcomes=(("all", "confirmed"), ("all:maxkey_outside", "corrected"), ("else", "refuted")),
             headline="literal_outside",
@@ -59,7 +59,7 @@ CLAIMS = (
         rule=Rule(
             criteria=(
                 Criterion("outside", "fraction of the model's and the synthetic weights outside "
-                          "the sharpened bounds", "==", 0),
+                          "the sharpened bounds", "==", 0, kind="check"),
             ),
             outcomes=(("all", "confirmed"), ("else", "refuted")),
             headline="outside",
