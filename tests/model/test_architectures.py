@@ -133,6 +133,31 @@ def test_tables_and_figures(surveyed):
         A.plot_yardstick(done, "entropy")
 
 
+def test_two_windows_give_every_estimated_claim_an_interval_shown_in_the_tables(surveyed):
+    """On two windows every yardstick claim but C1 (a count over every window) carries an interval
+    over the windows; the verdict table and the chapter's numbers show it as value [low, high]."""
+    from normlimits.core.markup import with_interval
+
+    for r in (x for x in surveyed if isinstance(x, A.Surveyed)):
+        assert r.with_intervals() == ["NU", "F2c", "F2a", "F3", "F4", "EPS"]
+        table = A.verdict_table([r])[r.name]
+        for row in r.rows():
+            head = next(c for c in row["criteria"] if c["key"] == row["headline"])
+            assert table[row["id"]].startswith(f"{row['verdict']}: {A.holds(row['verdict'])}; ")
+            shown = table[row["id"]].rsplit("; ", 1)[1]
+            if row["id"] == "C1":
+                assert "[" not in shown and "resampling" not in row
+            else:
+                assert row["resampling"]["n"] == 2 and row["interval"] == head["interval"]
+                assert shown == f"{row['headline']} {with_interval(row['value'], row['interval'])}"
+        fraction = next(c for row in r.rows() if row["id"] == "F2c" for c in row["criteria"]
+                        if c["key"] == "fraction")
+        assert r.criterion_text("F2c", "fraction") == with_interval(fraction["value"], fraction["interval"])
+    # a row without an interval (one window) shows its value alone, an unmeasured one n/a
+    assert A.headline_text({"headline": "fraction", "value": 0.5}) == "fraction 0.500"
+    assert A.headline_text({"headline": "fraction", "value": None}) == "fraction n/a"
+
+
 def test_the_chapters_curves_are_the_measured_ones(surveyed):
     """The figure's curves (read by normlimits.audit.compare from the statistics an audit writes) are
     the curves computed from the yardsticks' own results, as the chapter drew them before."""

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from normlimits.audit import command as audit, yardsticks
+from normlimits import claims
 from normlimits.claims import schema
 from normlimits.model.capture import capture_window
 from normlimits.claims import regrade
@@ -345,6 +346,116 @@ def test_separability_equals_the_chapter(captures):
         # figure3_statistics' least-squares fit itself differs in the last bit between two
         # calls on identical arrays (measured: 0.045685809791546114 vs ...086), hence rel=1e-12
         assert c["value"] == pytest.approx(float(want[c["key"]]), rel=1e-12, abs=1e-15), c["key"]
+
+
+def _intervals_of(row) -> dict:
+    return {c["key"]: c["interval"] for c in row["criteria"] if "interval" in c}
+
+
+def test_critical_n_rows_carry_the_distances_chapters_intervals(captures):
+    """On two windows the audit's F2c and F2a rows carry the intervals the distances chapter's
+    bootstrap (figure2_windows.figure2_intervals) gives under the primary reading on a study of
+    the same captures kept per window, and are graded on them (one policy)."""
+    from normlimits.claims.rules import regrade
+    from normlimits.core.protocol import MC_DRAWS, MC_KEYS, POSITIONS_PER_OCTAVE
+    from normlimits.experiments import figure2_windows as FW, reading_table as RT
+    from normlimits.metrics import critical_n as C, token_means as TM
+
+    config = yardsticks.AuditConfig(length=LENGTH)
+    got = yardsticks.critical_n(iter(captures), config, "tiny")
+    spec = TM.StudySpec(C.critical_grid(LENGTH), per_octave=POSITIONS_PER_OCTAVE, samples=MC_DRAWS,
+                        mc_keys=MC_KEYS, window_forms=("scaled",))
+    study = TM.position_studies(iter(captures), config.critical_lengths, {"values": spec})["values"]
+    primary = RT.readings_tried()[0]
+    want = FW.figure2_intervals(study, None, {primary: ("F2a", "F2c")},
+                                paper_model=False).readings[primary.label]
+    assert [r["id"] for r in got.rows] == ["F2c", "F2a"]
+    for row in got.rows:
+        ivs = want[row["id"]]
+        assert ivs and _intervals_of(row) == {k: iv.bounds for k, iv in ivs.items()}, row["id"]
+        assert row["resampling"]["unit"] == "window" and row["resampling"]["n"] == 2
+        assert row["readings"][0]["intervals"] == {k: iv.bounds for k, iv in ivs.items()}
+        values = {c["key"]: c["value"] for c in row["criteria"]}
+        assert row["verdict"] == claims.claim(row["id"]).rule.grade(values, ivs) == regrade(row)
+        assert "no interval" not in row["measured"]
+
+
+def test_separability_row_carries_the_chapters_intervals(captures):
+    """On two windows the audit's F3 row carries the separability chapter's intervals
+    (separability_curves.separability_intervals, the chapter's settings) on a sweep of the same
+    captures, and is graded on them."""
+    from normlimits.claims.rules import regrade
+    from normlimits.core.protocol import (SEPARABILITY_FLAT_SLOPE, SEPARABILITY_KNEE,
+                                          SEPARABILITY_MONITOR_BAND)
+    from normlimits.experiments import separability_curves as SC
+    from normlimits.experiments.separability_sweep import separability_sweep
+
+    config = yardsticks.AuditConfig(length=LENGTH, separability_rows=None)
+    assert config.separability_grid[-1] >= SEPARABILITY_KNEE      # the chapter's knee fits the grid
+    (row,) = yardsticks.separability(iter(captures), config, "tiny").rows
+    sweep = separability_sweep(iter(captures), config.separability_grid, kinds=("values",),
+                               sphere_radius=1.0, bounds=True)
+    want = SC.separability_intervals(sweep, knee=SEPARABILITY_KNEE, tolerance=SEPARABILITY_FLAT_SLOPE,
+                                     band=SEPARABILITY_MONITOR_BAND)["F3"]
+    assert set(want) == set(SC.F3_KEYS)
+    assert _intervals_of(row) == {k: iv.bounds for k, iv in want.items()}
+    assert row["resampling"]["unit"] == "window" and row["resampling"]["n"] == 2
+    values = {c["key"]: c["value"] for c in row["criteria"]}
+    assert row["verdict"] == claims.claim("F3").rule.grade(values, want) == regrade(row)
+
+
+def test_one_window_gives_the_figure_2_and_3_rows_no_interval(captures):
+    config = yardsticks.AuditConfig(length=LENGTH, separability_rows=None)
+    rows = (yardsticks.critical_n(iter(captures[:1]), config, "tiny").rows
+            + yardsticks.separability(iter(captures[:1]), config, "tiny").rows)
+    assert [r["id"] for r in rows] == ["F2c", "F2a", "F3"]
+    for row in rows:
+        assert not _intervals_of(row) and "resampling" not in row and "interval" not in row
+        assert "no interval" not in row["measured"]       # as before: graded on the values
+        assert all("intervals" not in e for e in row.get("readings", []))
+
+
+def _straddling(criterion, n: int = 2):
+    """A planted interval containing ``criterion``'s threshold (its lower edge for a band)."""
+    from normlimits.core.bootstrap import Interval
+
+    edge = criterion.threshold[0] if isinstance(criterion.threshold, (tuple, list)) else criterion.threshold
+    return Interval(edge - abs(edge) / 2 - 1e-3, edge + abs(edge) / 2 + 1e-3, n)
+
+
+def _passing(criterion, n: int = 2):
+    """A planted interval of one point that meets ``criterion``."""
+    from normlimits.core.bootstrap import Interval
+
+    t = criterion.threshold
+    point = {"between": (t[0] + t[1]) / 2 if isinstance(t, (tuple, list)) else None,
+             "<=": t - abs(t) / 2 if not isinstance(t, (tuple, list)) else None}[criterion.op]
+    return Interval(point, point, n)
+
+
+def test_an_interval_straddling_its_threshold_makes_the_audit_rows_inconclusive(captures, monkeypatch):
+    """The audit grades F2c and F3 on the intervals the chapters' bootstraps return: planted ones
+    that straddle a threshold, every other criterion passing, leave the verdict undecided."""
+    from normlimits.experiments import figure2_windows as FW, separability_curves as SC
+
+    f2c = {c.key: c for c in claims.claim("F2c").rule.criteria}
+    planted_2c = {"fraction": _straddling(f2c["fraction"]), "spread": _passing(f2c["spread"])}
+    monkeypatch.setattr(FW, "figure2_intervals", lambda study, sweep_b, readings, **kw: FW.WindowIntervals(
+        {}, {r.label: {"F2c": planted_2c} for r in readings}, study.windows, 0.0))
+    f3 = {c.key: c for c in claims.claim("F3").rule.criteria}
+    planted_3 = {k: _passing(c) for k, c in f3.items()}
+    planted_3["level"] = _straddling(f3["level"])
+    monkeypatch.setattr(SC, "separability_intervals", lambda sweep, **kw: {"F3": planted_3})
+    config = yardsticks.AuditConfig(length=LENGTH)
+    rows = {r["id"]: r for name in ("critical_n", "separability")
+            for r in yardsticks.YARDSTICKS[name](iter(captures), config, "tiny").rows}
+    for cid, key in (("F2c", "fraction"), ("F3", "level")):
+        row = rows[cid]
+        assert row["verdict"] == "inconclusive", cid
+        decided = {c["key"]: c.get("decision") for c in row["criteria"]}
+        assert decided[key] == "undecided", (cid, decided)
+    assert rows["F2c"]["readings"][0]["verdict"] == "inconclusive"
+    assert rows["F2c"]["readings"][0]["intervals"]["fraction"] == planted_2c["fraction"].bounds
 
 
 def test_jacobian_equals_the_bench_workload(captures):

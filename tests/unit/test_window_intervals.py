@@ -150,6 +150,24 @@ def test_the_batched_statistics_are_the_chapters_on_every_resample(kept):
             assert batched[name][r] == pytest.approx(value, rel=1e-9, abs=1e-12), (draws[r], name)
 
 
+def test_without_the_sweep_only_the_readings_are_resampled_with_the_same_intervals(kept):
+    """The audit's Figure 2 rows (no last-row sweep): figure2_intervals with sweep_b=None resamples
+    the readings' criteria alone and gives them exactly the intervals of the chapter's full call."""
+    _, study, sweep = kept
+    readings = {RT.Reading("scaled"): ("F2a", "F2c"), RT.Reading("raw"): ("F2a",)}
+    full = FW.figure2_intervals(study, sweep, readings, paper_model=False, resamples=200)
+    alone = FW.figure2_intervals(study, None, readings, paper_model=False, resamples=200)
+    assert alone.intervals == {} and full.intervals
+    assert alone.readings == full.readings
+    counts = torch.stack([torch.bincount(torch.tensor(d), minlength=4).double()
+                          for d in ([0, 1, 2, 3], [3, 3, 1, 0])])
+    batched = FW.window_values(study, sweep, readings, counts, paper_model=False)
+    only = FW.window_values(study, None, readings, counts, paper_model=False)
+    assert set(only) == {k for k in batched if "|" in k}
+    for name, values in only.items():
+        np.testing.assert_array_equal(values, batched[name])
+
+
 def _grading_rows():
     row = RT.ReadingRow(reading=RT.Reading("scaled"), n=5, length=1024, ratio=1.9,
                         ratio_mc_error=0.0, exp_true=1.0, exp_expected=1.0, search=None,

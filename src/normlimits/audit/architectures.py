@@ -11,7 +11,9 @@ Each loaded model runs the audit's yardsticks (:mod:`normlimits.audit.yardsticks
 code paths, one forward pass per window) on the same corpus windows' text, at L = the model's
 context up to 1024: the vanishing exponent of the largest weight (NU, C1), the critical N under
 the paper's protocol (F2c, F2a), the N_s/N plateau (F3) and the Jacobian sensitivity against T
-(F4, EPS). Rows are graded by the registered rules, as in the paper's chapters.
+(F4, EPS). Rows are graded by the registered rules, as in the paper's chapters; on two windows or
+more every yardstick claim but C1 (a count of weights outside a proven bound) carries the chapters'
+bootstrap interval over the windows, and is graded on it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Callable, Iterator, Sequence
 import pandas as pd
 import torch
 
+from normlimits.core.markup import with_interval
 from normlimits.core.protocol import MAX_LENGTH
 from normlimits.core.settings import SettingError
 from normlimits.model.pretrained import positions_of
@@ -34,7 +37,7 @@ from normlimits.model.corpus import token_windows
 
 __all__ = ["ARCHITECTURES_ENV", "OFFLINE_MODELS", "ONLINE_MODELS", "YARDSTICK_CLAIMS", "Skipped",
            "Surveyed", "model_names", "survey", "comparison_table",
-           "verdict_table", "holds", "plot_yardstick"]
+           "verdict_table", "holds", "headline_text", "plot_yardstick"]
 
 ARCHITECTURES_ENV = "NORMLIMITS_ARCHITECTURES"
 OFFLINE_MODELS = ("standin", "standin-rope", "smollm2-135m")
@@ -107,12 +110,25 @@ class Surveyed:
                 "rows": self.rows(),
                 "statistics": {name: m.statistics for name, m in self.measured.items()}}
 
+    def _entry(self, claim_id: str, key: str) -> dict:
+        row = next((r for r in self.rows() if r["id"] == claim_id), None)
+        return next((c for c in row["criteria"] if c["key"] == key), {}) if row else {}
+
     def criterion(self, claim_id: str, key: str):
         """The value of criterion ``key`` in the row of ``claim_id`` (None when not graded)."""
-        for row in self.rows():
-            if row["id"] == claim_id:
-                return next((c["value"] for c in row["criteria"] if c["key"] == key), None)
-        return None
+        return self._entry(claim_id, key).get("value")
+
+    def criterion_text(self, claim_id: str, key: str, digits: int = 3) -> str:
+        """That value as text, ``value [low, high]`` where the row has an interval over the
+        windows; ``n/a`` when not graded."""
+        entry = self._entry(claim_id, key)
+        if entry.get("value") is None:
+            return "n/a"
+        return with_interval(entry["value"], entry.get("interval"), digits)
+
+    def with_intervals(self) -> list[str]:
+        """The claims whose rows carry an interval over the windows, in the rows' order."""
+        return [row["id"] for row in self.rows() if row.get("resampling")]
 
 
 def _default_loader(name: str):
@@ -173,12 +189,22 @@ def comparison_table(results: Sequence[Surveyed]) -> pd.DataFrame:
     return statistics_frame([r.document() for r in results], [r.name for r in results])
 
 
+def headline_text(row: dict) -> str:
+    """A row's headline statistic, ``key value [low, high]`` where it has an interval over the
+    windows (``key value`` without one, ``key n/a`` when not measured)."""
+    value = row.get("value")
+    text = "n/a" if value is None else with_interval(value, row.get("interval"))
+    return f"{row['headline']} {text}"
+
+
 def verdict_table(results: Sequence[Surveyed]) -> pd.DataFrame:
-    """Claims x models: each cell the verdict by the registered rule and what it says of the limit
-    (:func:`normlimits.audit.compare.verdict_frame`)."""
+    """Claims x models: each cell the verdict by the registered rule, what it says of the limit
+    and the headline statistic with its interval over the windows where it has one
+    (:func:`headline_text`; :func:`normlimits.audit.compare.verdict_frame`)."""
     results = list(results)
     table = verdict_frame([r.document() for r in results], [r.name for r in results],
-                          cell=lambda row: f"{row['verdict']}: {holds(row['verdict'])}")
+                          cell=lambda row: f"{row['verdict']}: {holds(row['verdict'])}; "
+                                           f"{headline_text(row)}")
     order = [c for claims in YARDSTICK_CLAIMS.values() for c in claims]
     return table.reindex([c for c in order if c in table.index])
 

@@ -15,13 +15,22 @@ book's ledger), the statistics themselves (JSON-able) and the chapter objects th
   ``critical_n_search`` runs, then the reading table's numbers for the book's primary reading,
   ``reading_table.reading_rows``, as book/distances.md reads them): grades F2c and F2a on that
   reading by ``reading_table.gradings``, the one policy of the book (the claim's own row on the
-  primary reading; the book tries more readings, the audit only the primary one).
+  primary reading; the book tries more readings, the audit only the primary one), with the
+  distances chapter's intervals over the windows (``figure2_windows.figure2_intervals`` on the
+  study's per-window token-means; the last-row protocol keeps none and has no interval).
 - :func:`separability`: N_s/N against N on value vectors on the unit sphere
   (``separability_sweep`` then ``separability_curves.figure3_statistics``, as
-  book/separability.md calls them): grades F3.
+  book/separability.md calls them): grades F3, with the chapter's intervals over the windows
+  (``separability_curves.separability_intervals``).
 - :func:`jacobian`: Figure 4's sensitivity g(T, eps), maximum over heads
   (``jacobian.sensitivity_profile`` as the bench calls it, read by ``figure4.curves`` and
   ``figure4.statistics`` as book/gradients.md reads them): grades F4 and EPS.
+
+On two windows or more every statistic these rows are graded on, but C1's counts, carries a 95%
+percentile bootstrap interval over the windows (the chapters' own functions, so an audit row and
+the chapter's row follow one policy), recorded in the row with ``n`` and the resampling unit; a
+criterion whose interval straddles its threshold is undecided and the verdict resting on it
+inconclusive. With one window there is nothing to resample and the rows are graded on their values.
 
 Shapes: captures hold queries/keys/values [layers, heads, L, d]; per-head results are flattened
 over (layer, head).
@@ -39,7 +48,8 @@ from normlimits.core import protocol
 from normlimits.core.protocol import half_octave_grid, length_grid
 from normlimits.claims import make_row
 from normlimits.core.plotting import median_band
-from normlimits.experiments import figure4 as F4, reading_table as RT, separability_curves as SC
+from normlimits.experiments import figure2_windows as FW, figure4 as F4, reading_table as RT
+from normlimits.experiments import separability_curves as SC
 from normlimits.experiments.figure2 import plot_fig2c
 from normlimits.experiments.figure4 import plot_figure4
 from normlimits.experiments.separability_sweep import separability_sweep
@@ -246,13 +256,19 @@ def critical_n(captures: Iterable, config: AuditConfig, model: str) -> Measured:
     """F2c (and F2a) on the book's primary reading under the paper's protocol."""
     lengths = config.critical_lengths
     paper = config.critical_protocol == "paper"
+    primary = critical_reading(config.critical_protocol)
     study = position_study(captures, lengths, C.critical_grid(config.length),
                            per_octave=config.per_octave if paper else None, paper=paper,
                            samples=config.mc_draws, mc_keys=config.mc_keys,
                            expectations=("main", "rms") if paper else ("main",),
-                           seed=config.monte_carlo_seed)
-    primary = critical_reading(config.critical_protocol)
+                           seed=config.monte_carlo_seed,
+                           window_forms=(primary.form,) if paper else ())
     (row,) = RT.reading_rows({"values": study}, [primary], alphas=config.alphas)
+    # the distances chapter's intervals over the windows (none with one window, nor for the
+    # last-row protocol, whose study keeps no per-window token-means)
+    intervals = (FW.figure2_intervals(study, None, {primary: ("F2c", "F2a")},
+                                      paper_model=config.paper_model).readings or None
+                 if paper else None)
     alpha = protocol.KS_ALPHA_TEXT
     f2c = RT.claim_values(row, "F2c", config.paper_model)
     f2a = RT.claim_values(row, "F2a", config.paper_model)
@@ -261,9 +277,11 @@ def critical_n(captures: Iterable, config: AuditConfig, model: str) -> Measured:
             else "the last row against the main sum (the bench's protocol), not the paper's "
                  "every-position protocol: a quick look, not the book's primary reading")
     crit = row.search.critical[alpha]
-    rows = [_row(cid, g.values, g.measured, model, reading=g.reading, readings=g.readings)
+    rows = [_row(cid, g.values, g.measured, model, reading=g.reading, readings=g.readings,
+                 intervals=g.intervals)
             for cid in ("F2c", "F2a")
-            for g in RT.gradings([row], cid, config.paper_model, _critical_words(lengths), only)]
+            for g in RT.gradings([row], cid, config.paper_model, _critical_words(lengths), only,
+                                 intervals=intervals)]
     statistics = {**{k: _f(v) for k, v in {**f2c, **f2a}.items()}, "alpha": alpha,
                   "lengths": lengths, "critical_n": crit,
                   "critical_fraction": row.search.fraction(alpha),
@@ -321,10 +339,17 @@ def separability(captures: Iterable, config: AuditConfig, model: str) -> Measure
     values = {k: _f(st[k]) for k in keys}
     reading = ("every query position (paper, Algorithm 4)" if rows_at is None
                else f"{len(rows_at)} evenly spaced query rows per window")
+    # the separability chapter's intervals over the windows (none with one window); the knee
+    # only places S80's statistic, which the audit does not grade, inside a short window's grid
+    intervals = SC.separability_intervals(sweep, knee=min(protocol.SEPARABILITY_KNEE, grid[-1]),
+                                          tolerance=protocol.SEPARABILITY_FLAT_SLOPE,
+                                          band=protocol.SEPARABILITY_MONITOR_BAND,
+                                          only=[f"F3.{k}" for k in SC.F3_KEYS])
     rows = [_row("F3", values, f"median over {per_head.shape[0]} heads ({reading}): slope "
                  f"{st['slope_before']:.3f} per doubling up to $N$ = {st['knee']}, "
                  f"{st['slope_after']:.3f} after; plateau {st['level']:.3f}; exponential bound vs "
-                 f"largest head {st['tracks']:.3f}", model, reading=reading)]
+                 f"largest head {st['tracks']:.3f}", model, reading=reading,
+                 intervals=intervals.get("F3"))]
     statistics = {**values, "slope_before": _f(st["slope_before"]), "n_grid": grid,
                   "median": [float(v) for v in st["median"]],
                   "largest": [float(v) for v in st["largest"]], "reading": reading}

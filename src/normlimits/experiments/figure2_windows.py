@@ -73,10 +73,13 @@ def _readings(readings) -> dict:
 
 
 def _estimates(study, sweep_b, readings, paper_model) -> dict:
-    """The chapter's own values (the statistic on all windows), by interval name."""
-    numbers = figure2_numbers(study, sweep_b, counts=False)
-    out = {interval_name(cid, key): numbers[name] for cid, keys in RESAMPLED.items()
-           for key, name in keys.items()}
+    """The chapter's own values (the statistic on all windows), by interval name; without
+    ``sweep_b`` only the readings' (no :data:`RESAMPLED`)."""
+    out = {}
+    if sweep_b is not None:
+        numbers = figure2_numbers(study, sweep_b, counts=False)
+        out = {interval_name(cid, key): numbers[name] for cid, keys in RESAMPLED.items()
+               for key, name in keys.items()}
     for reading, wanted in readings.items():
         (row,) = RT.reading_rows({"values": study}, [reading], alphas=(KS_ALPHA_TEXT,),
                                  search="F2c" in wanted)
@@ -117,13 +120,42 @@ def window_values(study: PositionStudy, sweep_b, readings, counts: torch.Tensor,
     """Every statistic of :data:`RESAMPLED` and, under each reading, of Figures 2a and 2c, for
     each resample of ``counts`` (float64 [r, windows]: how often each window is drawn), by
     interval name: ``{name: array [r]}``. ``readings``: {reading: claims}, readings of the value
-    vectors over every position whose forms ``study`` kept per window."""
+    vectors over every position whose forms ``study`` kept per window. ``sweep_b`` None: the
+    readings' statistics only (a study without Corollary 2's closed forms, as the audit's)."""
     grid = study.n_grid.numpy()
     lengths = np.array(study.lengths, dtype=float)
     j = int(np.nonzero(grid == n)[0][0])
+    cache: dict = {}
+
+    def mean(form: str, statistic: str) -> np.ndarray:              # [r, heads, m, n], once each
+        if (form, statistic) not in cache:
+            cache[form, statistic] = _means(study.per_window[form][statistic], counts)
+        return cache[form, statistic]
+
+    values = {} if sweep_b is None else _resampled_values(study, sweep_b, counts, mean, grid,
+                                                          lengths, j, rho)
+    for reading, wanted in readings.items():
+        t, e = mean(reading.form, "true"), mean(reading.form, reading.expectation)
+        label = reading.label
+        if "F2a" in wanted:
+            values[interval_name("F2a", "exp_true", label)] = _slopes(lengths, np.median(t[..., j], 1))
+            values[interval_name("F2a", "exp_expected", label)] = _slopes(lengths, np.median(e[..., j], 1))
+            values[interval_name("F2a", "close", label)] = np.median(t[:, :, -1, j] / e[:, :, -1, j], 1)
+        if "F2c" in wanted:
+            fraction, spread = _critical(t, e, study.lengths, grid, KS_ALPHA_TEXT)
+            values[interval_name("F2c", "fraction", label)] = fraction
+            values[interval_name("F2c", "spread", label)] = spread
+    return values
+
+
+def _resampled_values(study: PositionStudy, sweep_b, counts: torch.Tensor, mean, grid, lengths,
+                      j: int, rho: float) -> dict:
+    """:data:`RESAMPLED`'s statistics for each resample of ``counts`` (:func:`window_values`;
+    ``mean(form, statistic)`` the resamples' token-means)."""
+    n = int(grid[j])
     col = {v: i for i, v in enumerate(grid.tolist())}
     scaled = study.per_window["scaled"]
-    true, mc = _means(scaled["true"], counts), _means(scaled["mc"], counts)   # [r, heads, m, n]
+    true, mc = mean("scaled", "true"), mean("scaled", "mc")                   # [r, heads, m, n]
     at = {"true": true[:, :, -1], "mc": mc[:, :, -1]}                        # [r, heads, n]
     main = _means(scaled["main"][..., j], counts)                             # [r, heads, m]
     individual = _means(scaled["individual"][..., -1, j], counts)             # [r, heads]
@@ -150,23 +182,8 @@ def window_values(study: PositionStudy, sweep_b, readings, counts: torch.Tensor,
             if float(rho * L).is_integer() and int(rho * L) in col and int(rho * L) > n]
     curve = np.stack([np.median(true[:, :, study.lengths.index(L), k], 1) for L, k in coll], 1)
     out["collapse_exp"] = _slopes([L for L, _ in coll], curve)
-    values = {interval_name(cid, key): out[name] for cid, keys in RESAMPLED.items()
-              for key, name in keys.items()}
-    for reading, wanted in readings.items():
-        stats = study.per_window[reading.form]
-        t = true if reading.form == "scaled" else _means(stats["true"], counts)
-        e = (mc if reading.form == "scaled" and reading.expectation == "mc"
-             else _means(stats[reading.expectation], counts))
-        label = reading.label
-        if "F2a" in wanted:
-            values[interval_name("F2a", "exp_true", label)] = _slopes(lengths, np.median(t[..., j], 1))
-            values[interval_name("F2a", "exp_expected", label)] = _slopes(lengths, np.median(e[..., j], 1))
-            values[interval_name("F2a", "close", label)] = np.median(t[:, :, -1, j] / e[:, :, -1, j], 1)
-        if "F2c" in wanted:
-            fraction, spread = _critical(t, e, study.lengths, grid, KS_ALPHA_TEXT)
-            values[interval_name("F2c", "fraction", label)] = fraction
-            values[interval_name("F2c", "spread", label)] = spread
-    return values
+    return {interval_name(cid, key): out[name] for cid, keys in RESAMPLED.items()
+            for key, name in keys.items()}
 
 
 def figure2_intervals(study: PositionStudy, sweep_b, readings, *, paper_model: bool,
@@ -178,7 +195,8 @@ def figure2_intervals(study: PositionStudy, sweep_b, readings, *, paper_model: b
     ``readings``: a list (both figures under each) or {reading: claims wanted under it}, e.g.
     Figure 2c only under the reading a chosen F2c row rests on; readings of the value vectors
     over every position whose forms ``study`` kept per window (``StudySpec(window_forms=...)``);
-    ``sweep_b``: the last-row sweep at the longest L; ``windows``: resample the first
+    ``sweep_b``: the last-row sweep at the longest L, or None for the readings' criteria only
+    (``intervals`` then empty: the audit's Figure 2 rows); ``windows``: resample the first
     ``windows`` windows only (default all; e.g. half of them, to show how an interval narrows);
     ``only``: the names (:func:`interval_name`) to compute, default all. A study of one window
     has no interval (empty results)."""
@@ -190,9 +208,11 @@ def figure2_intervals(study: PositionStudy, sweep_b, readings, *, paper_model: b
     if not 2 <= count <= study.windows:
         raise ValueError(f"windows={windows}: resample between 2 and the study's {study.windows}")
     first = range(count)
-    sub, sub_b = study.resampled(first), sweep_b.resampled(first)
+    sub = study.resampled(first)
     sub.per_window.update({f: {s: v[:count] for s, v in st.items()} for f, st in study.per_window.items()})
-    sub_b.per_window.update({k: v[:count] for k, v in sweep_b.per_window.items()})
+    sub_b = None if sweep_b is None else sweep_b.resampled(first)
+    if sub_b is not None:
+        sub_b.per_window.update({k: v[:count] for k, v in sweep_b.per_window.items()})
     estimates = _estimates(sub, sub_b, readings, paper_model)
     if only is not None:
         estimates = {k: v for k, v in estimates.items() if k in set(only)}

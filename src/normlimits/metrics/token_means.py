@@ -369,10 +369,11 @@ def position_study(captures: Iterable, lengths: Sequence[int], n_grid, *,
                    samples: int = 2, mc_keys: int | None = None,
                    expectations: Sequence[str] | Mapping[str, Sequence[str]] = ("main", "rms"),
                    rows_per_call: int = 64, seed: int = 0,
-                   chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> PositionStudy:
+                   chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+                   window_forms: Sequence[str] = ()) -> PositionStudy:
     """One study (:func:`position_studies` with one :class:`StudySpec` of these settings)."""
     spec = StudySpec(n_grid=n_grid, vectors=vectors, forms=forms, samples=samples,
                      mc_keys=mc_keys, expectations=expectations, per_octave=per_octave,
-                     paper=paper)
+                     paper=paper, window_forms=window_forms)
     return position_studies(captures, lengths, {"study": spec}, rows_per_call=rows_per_call,
                             seed=seed, chunk_elements=chunk_elements)["study"]
