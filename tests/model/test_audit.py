@@ -325,6 +325,7 @@ def test_last_row_critical_n_equals_the_bench_workload(captures):
         np.testing.assert_allclose(a.pvalue, b.pvalue, rtol=1e-12, atol=0)
     assert all("bench's protocol" in r["measured"] for r in got.rows)
     assert all(not e["primary"] for r in got.rows for e in r["readings"])
+    assert all(r.get("unresampled") == yardsticks.LAST_ROW for r in got.rows if r["verdict"] != "not testable")
     with pytest.raises(ValueError, match="critical_protocol='every'"):
         yardsticks.AuditConfig(length=LENGTH, critical_protocol="every")
 
@@ -413,6 +414,9 @@ def test_one_window_gives_the_figure_2_and_3_rows_no_interval(captures):
         assert not _intervals_of(row) and "resampling" not in row and "interval" not in row
         assert "no interval" not in row["measured"]       # as before: graded on the values
         assert all("intervals" not in e for e in row.get("readings", []))
+        # and the row says why it has none (schema 3.0), unless it could not be graded at all
+        assert row.get("unresampled") == yardsticks.ONE_WINDOW or row["verdict"] == "not testable"
+    assert claims.without_interval(rows) == []
 
 
 def _straddling(criterion, n: int = 2):

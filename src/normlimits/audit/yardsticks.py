@@ -46,7 +46,7 @@ import torch
 
 from normlimits.core import protocol
 from normlimits.core.protocol import half_octave_grid, length_grid
-from normlimits.claims import make_row
+from normlimits.claims import claim, make_row
 from normlimits.core.plotting import median_band
 from normlimits.experiments import figure2_windows as FW, figure4 as F4, reading_table as RT
 from normlimits.experiments import separability_curves as SC
@@ -186,11 +186,24 @@ def _f(x) -> float | None:
     return x if np.isfinite(x) else None
 
 
-def _row(claim_id: str, values: dict, measured: str, model: str, **kw) -> dict:
+#: why an audit row graded on measurements has no interval (schema 3.0's ``unresampled``)
+ONE_WINDOW = "measured on one window: there is no unit to resample"
+LAST_ROW = ("the last-row protocol keeps no per-window token-means to resample (the paper's "
+            "protocol does)")
+
+
+def _row(claim_id: str, values: dict, measured: str, model: str, *, unresampled: str = ONE_WINDOW,
+         **kw) -> dict:
+    """The audit's row of ``claim_id``: "not testable" with a reason where a value is missing; a
+    row graded on measurements without intervals says why (``unresampled``: one window, unless the
+    caller knows another reason)."""
     missing = [k for k, v in values.items() if v is None or (isinstance(v, float) and np.isnan(v))]
     reason = (f"{', '.join(missing)} could not be computed on this model and grid" if missing
               else None)
-    return make_row(claim_id, values, measured, chapter="audit", model=model, reason=reason, **kw)
+    measures = any(c.kind == "measurement" for c in claim(claim_id).rule.criteria)
+    unsaid = None if kw.get("intervals") or reason or not measures else unresampled
+    return make_row(claim_id, values, measured, chapter="audit", model=model, reason=reason,
+                    unresampled=unsaid, **kw)
 
 
 # ------------------------------------------------------------------------------ vanishing weights
@@ -278,7 +291,7 @@ def critical_n(captures: Iterable, config: AuditConfig, model: str) -> Measured:
                  "every-position protocol: a quick look, not the book's primary reading")
     crit = row.search.critical[alpha]
     rows = [_row(cid, g.values, g.measured, model, reading=g.reading, readings=g.readings,
-                 intervals=g.intervals)
+                 intervals=g.intervals, unresampled=ONE_WINDOW if paper else LAST_ROW)
             for cid in ("F2c", "F2a")
             for g in RT.gradings([row], cid, config.paper_model, _critical_words(lengths), only,
                                  intervals=intervals)]
