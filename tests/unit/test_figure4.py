@@ -167,7 +167,8 @@ def test_the_undecided_sentence_names_each_undecided_criterion_with_its_half_win
     words = claims.undecided_words(values, straddling, {"EPS": {"ordered": Interval(0.4, 1.0, 3)}},
                                    on_threshold="lattice")
     assert words == ["EPS's criterion 'ordered' is 0.80 [0.50, 1.00] on 6 windows and [0.40, 1.00] on "
-                     "the first 3; if the interval narrows as 1/√n, about 38 windows would decide it"]
+                     "the first 3; if the interval narrows as 1/√n, about 24 windows would decide it"]
+    # 24 = 6 (0.2 / 0.1)^2: the interval reaches 0.2 from 0.80 towards the threshold 0.9
     real = F4.claim_values(F4.curves(p))["EPS"]["ordered"]
     around = {**decided, "EPS": {**decided["EPS"], "ordered": Interval(min(real, 0.85), max(real, 0.95), 6)}}
     sentence = F4.undecided_sentence(p, around)

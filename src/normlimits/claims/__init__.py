@@ -299,8 +299,9 @@ def undecided_words(values: Mapping[str, Mapping], intervals: Mapping[str, Mappi
                     digits: int = 2) -> list[str]:
     """For every undecided criterion of an inconclusive claim (issue 31 item 3), a clause: its
     value and interval on all units, its interval on the first half of them, and roughly how many
-    units would decide it (:func:`normlimits.core.bootstrap.units_to_decide`: the half-width shrinking
-    as 1/sqrt(n)), or ``on_threshold`` when the value sits on the threshold itself.
+    units would decide it (:func:`normlimits.core.bootstrap.units_to_decide`: the interval's reach
+    towards the threshold shrinking as 1/sqrt(n)), or ``on_threshold`` when the value sits on the
+    threshold itself.
 
     ``values``, ``intervals``, ``half_intervals``: claim id -> criterion key -> value /
     :class:`normlimits.core.bootstrap.Interval` (a claim with no intervals is skipped)."""

@@ -200,4 +200,4 @@ def interval_sentence(intervals: dict, windows: int, jacobian_windows: int) -> s
     return (f"Each yardstick criterion gets a {first.level:.0%} percentile bootstrap interval over the "
             f"windows ({first.resamples:,} resamples of the {windows} windows, drawn with repeats, "
             "each measured as the pooled sweep is: means over the drawn windows, then the exponents, "
-            "the KS tests and the shares; normlimits.experiments.alternatives_windows). " + gradient)
+            "the KS tests and the shares). " + gradient)
