@@ -90,16 +90,6 @@ def test_the_distance_criterion_is_the_verdicts_where_softmax_has_a_critical_n(f
             assert got[(key, "distance", "later")][i] == pytest.approx(want, rel=1e-12)
 
 
-def test_drawn_means_keep_a_nan_only_where_a_drawn_window_has_one():
-    per_window = torch.tensor([[1.0, 2.0], [3.0, math.nan], [5.0, 6.0]], dtype=torch.float64)
-    counts = torch.tensor([[1.0, 1.0, 1.0], [2.0, 0.0, 1.0], [0.0, 3.0, 0.0]], dtype=torch.float64)
-    means = AW.drawn_means(per_window, counts)
-    assert means[0, 0] == 3.0 and math.isnan(means[0, 1])
-    assert means[1].tolist() == [7.0 / 3, 10.0 / 3]            # the NaN window was not drawn
-    assert means[2, 0] == 3.0 and math.isnan(means[2, 1])
-    assert torch.equal(means[0, :1], per_window.mean(0)[:1])
-
-
 def test_intervals_cover_every_graded_criterion_with_its_unit(five_windows):
     verdicts = {k: A.yardstick_verdict(five_windows, k, **OPTIONS) for k in KEYS[1:]}
     ivs = AW.yardstick_intervals(five_windows, verdicts, resamples=400, **OPTIONS)

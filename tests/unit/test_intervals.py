@@ -353,3 +353,19 @@ def test_without_interval_names_the_graded_rows_that_neither_resample_nor_say_wh
     checks = claims.make_row("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "x",
                              chapter="a", model="m")
     assert claims.without_interval([bare, said, resampled, untestable, checks]) == ["NU (-, m)"]
+
+
+def test_drawn_means_keep_a_nan_only_where_a_drawn_unit_has_one():
+    per_window = torch.tensor([[1.0, 2.0], [3.0, math.nan], [5.0, 6.0]], dtype=torch.float64)
+    counts = torch.tensor([[1.0, 1.0, 1.0], [2.0, 0.0, 1.0], [0.0, 3.0, 0.0]], dtype=torch.float64)
+    means = B.drawn_mean(per_window, counts)
+    assert means[0, 0] == 3.0 and math.isnan(means[0, 1])
+    assert means[1].tolist() == [7.0 / 3, 10.0 / 3]            # the NaN window was not drawn
+    assert means[2, 0] == 3.0 and math.isnan(means[2, 1])
+    assert torch.equal(means[0, :1], per_window.mean(0)[:1])
+    # the sums behind them: an undrawn NaN unit is not seen, a drawn one is; without NaN the
+    # product is the plain one, bit for bit
+    sums = B.weighted_sum(per_window, counts)
+    assert sums[1].tolist() == [7.0, 10.0] and math.isnan(sums[2, 1])
+    finite = torch.nan_to_num(per_window, nan=4.0)
+    assert torch.equal(B.weighted_sum(finite, counts), counts @ finite)

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["RESAMPLES", "LEVEL", "SEED", "UNITS", "Interval", "resample_indices",
-           "unit_counts", "weighted_sum", "resample_counts", "bootstrap_interval", "bootstrap_values", "bootstrap_counts",
+           "unit_counts", "weighted_sum", "drawn_mean", "resample_counts", "bootstrap_interval", "bootstrap_values", "bootstrap_counts",
            "median_of_means", "mean_of_means", "units_to_decide"]
 
 #: resamples per interval (issue 31 asks for at least 2,000)
@@ -187,9 +187,25 @@ def weighted_sum(per_unit: Tensor, counts: Tensor) -> Tensor:
     """``sum_u counts[..., u] per_unit[u]``: ``per_unit`` [n, ...] summed over its units with the
     weights ``counts`` ([n], or [r, n] for r resamples at once), [..., *per_unit.shape[1:]]. One
     matrix(-vector) product: the same weights give the same bits (a resample that draws every
-    unit once reproduces a mean taken with ones)."""
-    flat = counts.to(per_unit.dtype) @ per_unit.reshape(per_unit.shape[0], -1)
-    return flat.reshape(*counts.shape[:-1], *per_unit.shape[1:])
+    unit once reproduces a mean taken with ones). A NaN of a unit makes the sum NaN only where
+    that unit's weight is not 0: a resample that does not draw it does not see it (a plain
+    product would give 0 * NaN = NaN); without NaN the product is the plain one."""
+    flat = per_unit.reshape(per_unit.shape[0], -1)
+    weights = counts.to(per_unit.dtype)
+    bad = torch.isnan(flat)
+    if bool(bad.any()):
+        total = weights @ torch.where(bad, torch.zeros_like(flat), flat)
+        total = torch.where(weights @ bad.to(weights.dtype) > 0, torch.full_like(total, math.nan), total)
+    else:
+        total = weights @ flat
+    return total.reshape(*counts.shape[:-1], *per_unit.shape[1:])
+
+
+def drawn_mean(per_unit: Tensor, counts: Tensor) -> Tensor:
+    """Each resample's mean over the units it drew: :func:`weighted_sum` over the number drawn
+    (``counts`` [r, n], each row's sum), [r, *per_unit.shape[1:]]; NaN where a drawn unit is NaN."""
+    total = weighted_sum(per_unit, counts)
+    return total / counts.to(total.dtype).sum(-1).reshape(-1, *([1] * (per_unit.dim() - 1)))
 
 
 def resample_counts(n: int, resamples: int = RESAMPLES, seed: int = SEED) -> Tensor:

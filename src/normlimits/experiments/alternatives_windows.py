@@ -4,7 +4,7 @@
 yardsticks from per-window statistics (``YardstickResults.stats[key][name]``, a leading window
 axis [W, ...]), each averaged over the windows first. A bootstrap resample draws W windows with
 repeats; its statistics are the count-weighted means over the drawn windows
-(:func:`normlimits.core.bootstrap.weighted_sum`), and every criterion value is recomputed from them
+(:func:`normlimits.core.bootstrap.drawn_mean`), and every criterion value is recomputed from them
 as the verdict computes it, for all resamples at once (``r`` resamples, one matrix product per
 statistic, batched log-log fits, one sort for every KS test):
 
@@ -43,7 +43,7 @@ from normlimits.core.bootstrap import RESAMPLES, SEED, Interval
 from normlimits.core.fits import loglog_fit
 from normlimits.metrics.critical_n import resampled_critical_n
 
-__all__ = ["JACOBIAN_STATISTICS", "drawn_means", "yardstick_window_values", "yardstick_intervals",
+__all__ = ["JACOBIAN_STATISTICS", "yardstick_window_values", "yardstick_intervals",
            "largest_weight_interval", "interval_sentence"]
 
 #: the statistics measured on the first ``jacobian_windows`` windows only
@@ -54,21 +54,9 @@ JACOBIAN_STATISTICS = ("jacobian", "jacobian_max", "jacobian_selectivity", "refe
 WINDOW_YARDSTICKS = ("vanishing", "distance", "separability")
 
 
-def drawn_means(per_window: Tensor, counts: Tensor) -> Tensor:
-    """Each resample's mean over its drawn windows: ``per_window`` [W, ...], ``counts`` [r, W]
-    (each row sums to the number drawn) -> float64 [r, ...]; NaN where a drawn window is NaN (as
-    the mean over all windows is NaN where any window is), whatever the undrawn windows hold."""
-    x = per_window.to(torch.float64)
-    bad = torch.isnan(x)
-    total = B.weighted_sum(torch.where(bad, torch.zeros_like(x), x), counts)
-    poisoned = B.weighted_sum(bad.to(torch.float64), counts) > 0
-    means = total / counts.sum(-1).reshape(-1, *([1] * (x.dim() - 1)))
-    return torch.where(poisoned, torch.full_like(means, math.nan), means)
-
-
 def _head_curves(results, key: str, name: str, counts: Tensor) -> Tensor:
     """[r, heads, G]: per resample, per (layer, head), the drawn windows' mean curve."""
-    means = drawn_means(results.stats[key][name], counts)
+    means = B.drawn_mean(results.stats[key][name].to(torch.float64), counts)
     return means.reshape(counts.shape[0], -1, means.shape[-1])
 
 

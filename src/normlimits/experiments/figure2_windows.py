@@ -92,7 +92,7 @@ def _estimates(study, sweep_b, readings, paper_model) -> dict:
 
 def _means(per_window: torch.Tensor, counts: torch.Tensor) -> np.ndarray:
     """[r, layers * heads, ...]: each resample's mean over its drawn windows (``counts`` [r, W])."""
-    means = B.weighted_sum(per_window, counts) / counts[0].sum()
+    means = B.drawn_mean(per_window, counts)
     return means.reshape(counts.shape[0], -1, *per_window.shape[3:]).numpy()
 
 
