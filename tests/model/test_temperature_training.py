@@ -251,6 +251,47 @@ def test_summarise_study_counts_differences_in_seed_spreads():
     assert abs(near.in_spreads) < 1
 
 
+def test_summary_intervals_resample_paired_seeds():
+    """TR's intervals resample the seeds with both temperatures' runs of each (paired): computed
+    here from the resamples' own indices, the difference in units of the all-seed spread, the
+    median gradient ratio and the bigram gap of the drawn seeds."""
+    from normlimits.core import bootstrap as B
+
+    runs = [_fake_run(1.0, s, b, 1.0) for s, b in enumerate((3.00, 3.02, 3.04))]
+    runs += [_fake_run(0.03, s, b, g) for s, (b, g) in enumerate(((3.20, 3.0), (3.25, 5.0), (3.30, 4.0)))]
+    study = TT.TemperatureStudy(runs=runs, config={}, recipe={}, corpus_sha256="x")
+    summary = TT.summarise_study(study)
+    got = TT.summary_intervals(study, summary)
+    assert set(got) == {"harder", "easier", "gradients", "learned"}
+    assert all(iv.unit == "seed" and iv.n == 3 and iv.resamples == B.RESAMPLES for iv in got.values())
+    low, base, ratio = torch.tensor([3.20, 3.25, 3.30]), torch.tensor([3.00, 3.02, 3.04]), torch.tensor([3.0, 5.0, 4.0])
+    index = B.resample_indices(3)
+    q = torch.tensor([0.025, 0.975], dtype=torch.float64)
+    diff = ((low[index].mean(1) - base[index].mean(1)) / 0.10).double()
+    assert [got["harder"].low, got["harder"].high] == pytest.approx(torch.quantile(diff, q).tolist(), abs=1e-6)
+    assert got["easier"] == got["harder"]
+    grad = ratio[index].double().median(1).values       # 3 draws: the middle one is the median
+    assert [got["gradients"].low, got["gradients"].high] == pytest.approx(torch.quantile(grad, q).tolist())
+    learned = (3.5 - base[index].mean(1)).double()
+    assert [got["learned"].low, got["learned"].high] == pytest.approx(torch.quantile(learned, q).tolist(), abs=1e-6)
+    for key, value in {"harder": summary.in_spreads, "gradients": summary.gradient_ratio,
+                       "learned": summary.learned}.items():
+        assert got[key].low <= value <= got[key].high
+    # paired differences 0.20, 0.23, 0.26 bits: every resample is harder by 2 spreads or more,
+    # and every seed's gradient ratio is above 2, so the intervals decide TR
+    assert got["harder"].low == pytest.approx(2.0) and got["gradients"].low == pytest.approx(3.0)
+    from normlimits import claims
+
+    values = {"harder": summary.in_spreads, "easier": summary.in_spreads,
+              "gradients": summary.gradient_ratio, "learned": summary.learned}
+    assert claims.claim("TR").rule.grade(values, got) == "confirmed"
+    sentence = TT.interval_sentence(summary, got)
+    assert f"+2.30 [{got['harder'].low:+.2f}, {got['harder'].high:+.2f}] seed spreads" in sentence
+    assert "single seed" in TT.interval_sentence(summary, {})
+    one_seed = TT.TemperatureStudy(runs=[runs[0], runs[3]], config={}, recipe={}, corpus_sha256="x")
+    assert TT.summary_intervals(one_seed, TT.summarise_study(one_seed)) == {}
+
+
 def test_runs_trained_side_by_side_equal_runs_trained_one_after_the_other(isolated_cache, monkeypatch, tmp_path):
     """Two worker processes (spawned: the patched configuration reaches them as an argument) give
     the runs bit for bit as one process does, each run on TR_THREADS threads."""

@@ -203,3 +203,28 @@ def test_model_labels_and_the_papers_model():
     assert on_paper_model({"model": "gpt2 (default) (124.4M params)"})
     assert not on_paper_model({"model": "gpt2-random (124.4M params)"})
     assert not on_paper_model({"model": "smollm2-135m (134.5M params)"})
+
+def test_a_chapter_on_one_window_says_why_its_rows_have_no_interval(tmp_path, monkeypatch):
+    """record() fills schema 3.0's unresampled with ONE_WINDOW for a row graded on measurements
+    when the chapter ran on one window, so claims.without_interval finds nothing missing; a
+    reason the chapter gives itself, a check-only rule and a not-testable row are left alone."""
+    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
+
+    class OneWindow(_Ctx):
+        window_count = 1
+
+    class EightWindows(_Ctx):
+        window_count = 8
+
+    values = {"exponent": -1.0, "entropy": 0.5, "regime": 0.1}
+    row = claims.record(OneWindow(), "NU", values, "m", glue=False).row
+    assert row["unresampled"] == claims.ONE_WINDOW and claims.without_interval([row]) == []
+    own = claims.record(OneWindow(), "NU", values, "m", unresampled="a fixed computation", glue=False).row
+    assert own["unresampled"] == "a fixed computation"
+    many = claims.record(EightWindows(), "NU", values, "m", glue=False).row
+    assert "unresampled" not in many and claims.without_interval([many]) != []
+    untestable = claims.record(OneWindow(), "NU", dict(values, exponent=None), "m", reason="none",
+                               glue=False).row
+    assert "unresampled" not in untestable
+    check_only = claims.record(OneWindow(), "C1S", {"outside": 0.0}, "m", glue=False).row
+    assert "unresampled" not in check_only

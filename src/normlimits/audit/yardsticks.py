@@ -46,7 +46,7 @@ import torch
 
 from normlimits.core import protocol
 from normlimits.core.protocol import half_octave_grid, length_grid
-from normlimits.claims import claim, make_row
+from normlimits.claims import ONE_WINDOW, claim, make_row
 from normlimits.core.plotting import median_band
 from normlimits.experiments import figure2_windows as FW, figure4 as F4, reading_table as RT
 from normlimits.experiments import separability_curves as SC
@@ -186,8 +186,8 @@ def _f(x) -> float | None:
     return x if np.isfinite(x) else None
 
 
-#: why an audit row graded on measurements has no interval (schema 3.0's ``unresampled``)
-ONE_WINDOW = "measured on one window: there is no unit to resample"
+#: why an audit row graded on the last-row protocol has no interval (schema 3.0's ``unresampled``;
+#: one window: :data:`normlimits.claims.ONE_WINDOW`)
 LAST_ROW = ("the last-row protocol keeps no per-window token-means to resample (the paper's "
             "protocol does)")
 

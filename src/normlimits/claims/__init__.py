@@ -32,7 +32,7 @@ from normlimits.claims.rules import (
 __all__ = ["Claim", "Criterion", "Rule", "Graded", "REGISTRY", "VERDICTS", "OPS", "KINDS",
            "CHAPTER_MODULES", "claim", "expected_claims", "make_row", "record", "record_variant",
            "regrade", "plain_text", "describe_outcomes", "glue_key", "readings_words",
-           "selection_words"]
+           "selection_words", "ONE_WINDOW"]
 
 #: chapters whose claims are registered, in book order (a module of this package each)
 CHAPTER_MODULES = ("vanishing", "distances", "separability", "gradients", "alternatives",
@@ -247,6 +247,11 @@ def _resampling(claim_id: str, intervals: Mapping | None) -> dict | None:
     return blocks[0]
 
 
+#: why a row graded on measurements has no interval when its chapter (or the audit) ran on one
+#: corpus window (``NORMLIMITS_WINDOWS=1``): :func:`record` says so by itself
+ONE_WINDOW = "measured on one window: there is no unit to resample"
+
+
 def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
            variant: str | None = None, model: str | None = None, reason: str | None = None,
            reading: str | None = None, readings: list[dict] | None = None,
@@ -277,12 +282,17 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
         unresampled: on a row without intervals whose rule has measurement criteria, why there is
             none (one window, a fixed synthetic computation, a single seed): the ledger then says
             so instead of leaving the reader to guess (a book test requires one or the other).
+            A chapter run on one window (``ctx.window_count == 1``) gets :data:`ONE_WINDOW` on
+            such rows unless it says otherwise.
         glue: also glue ``verdict_<id>`` (``verdict_<id>_<variant>``) for the chapter's prose.
 
     Returns the :class:`Graded` row (display it to show the rule on the page).
     """
     chapter = ctx if isinstance(ctx, str) else ctx.chapter
     model = model or (None if isinstance(ctx, str) else ctx.model_label)
+    if (unresampled is None and not intervals and not reason and getattr(ctx, "window_count", None) == 1
+            and any(c.kind == "measurement" for c in claim(claim_id).rule.criteria)):
+        unresampled = ONE_WINDOW
     row = make_row(claim_id, values, measured, chapter=chapter, model=model, variant=variant,
                    reason=reason, reading=reading, readings=readings, selection=selection,
                    intervals=intervals, corpus=corpus, unresampled=unresampled)

@@ -14,19 +14,26 @@ temperatures.
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 import torch
 from torch import Tensor
 
+from normlimits.claims import undecided_words
+from normlimits.core import bootstrap as B
 from normlimits.metrics.jacobian import SensitivityProfile, sensitivity_profile
 from normlimits.metrics.normalizers import check_temperature
 from normlimits.metrics.separability import check_n_grid, geometric_separability, project_to_sphere
 from normlimits.experiments.separability_sweep import layer_weights
 
-__all__ = ["SeparabilityAtTemperature", "sharpness_sweep"]
+__all__ = ["SeparabilityAtTemperature", "sharpness_sweep", "guideline3_values", "guideline3_intervals",
+           "guideline3_sentence", "guideline3_undecided_sentence"]
+
+#: the keys of guideline 3's statistics (the claim G3's criteria)
+GUIDELINE3_KEYS = ("jacobian_rise", "largest_row_rise", "separability_gain")
 
 
 @dataclass
@@ -50,8 +57,12 @@ class SeparabilityAtTemperature:
 
     def at(self, temperature: float) -> Tensor:
         """[layers, heads, G] at the grid temperature closest to ``temperature`` (log scale)."""
-        k = int((self.temperatures.log() - torch.log(torch.tensor(float(temperature)))).abs().argmin())
-        return self.fraction[k]
+        return self.fraction[_nearest(self.temperatures, temperature)]
+
+
+def _nearest(grid: Tensor, value: float) -> int:
+    """Index of the grid value closest to ``value`` on a log scale (the first of a tie)."""
+    return int((grid.double().log() - torch.log(torch.tensor(float(value), dtype=torch.float64))).abs().argmin())
 
 
 class _SeparabilityAccumulator:
@@ -120,3 +131,108 @@ def sharpness_sweep(captures: Iterable, rows, temperatures, epsilons, *, separab
     profile.seconds = time.perf_counter() - start
     profile.extra["row_positions"] = rows
     return profile, sep.result()
+
+
+def guideline3_values(profile: SensitivityProfile, sep: SeparabilityAtTemperature, low_t: float,
+                      high_t: float, counts: Tensor | None = None) -> dict[str, Tensor]:
+    """Guideline 3's statistics (claim G3), from ``low_t`` against ``high_t`` (each read at the
+    grid temperature closest to it on a log scale):
+
+    - ``jacobian_rise``: the maximum over heads of the row-mean exact ``||J||_2`` at ``low_t``
+      over the same at ``high_t``;
+    - ``largest_row_rise``: the same ratio for the largest row's ``||J||_2``;
+    - ``separability_gain``: the mean over layers, heads and N of ``N_s/N`` at ``low_t`` minus
+      at ``high_t`` (NaN entries, an N no row can select, left out).
+
+    ``counts`` None: the profile's and the sweep's own pooled values (what the ledger records).
+    ``counts`` [r, W] float64: how often each of the W windows is drawn in each of r bootstrap
+    resamples (:func:`normlimits.core.bootstrap.resample_counts`); the profile's per-window row
+    sums and largest rows and the sweep's per-window ``N_s/N`` are pooled as the whole sweep pools
+    all windows (rows summed over the drawn windows, the largest row over the drawn windows, the
+    mean of ``N_s/N`` over the drawn windows where defined). Returns ``{key: Tensor [r]}`` ([1]
+    for ``counts`` None).
+    """
+    i_lo, i_hi = _nearest(profile.temperatures, low_t), _nearest(profile.temperatures, high_t)
+    k_lo, k_hi = _nearest(sep.temperatures, low_t), _nearest(sep.temperatures, high_t)
+    if counts is None:
+        norm = profile.norm_mean[[i_lo, i_hi]].unsqueeze(0)                        # [1, 2, *H]
+        largest = profile.norm_max[[i_lo, i_hi]].unsqueeze(0)
+        fraction = sep.fraction[[k_lo, k_hi]].unsqueeze(0)                          # [1, 2, L, H, G]
+    else:
+        if profile.norm_window_sums is None or profile.norm_window_max is None:
+            raise ValueError("this profile kept no per-window Jacobian norms; compute it with "
+                             "normlimits.metrics.jacobian.sensitivity_profile to resample its windows")
+        counts = torch.as_tensor(counts, dtype=torch.float64)
+        windows = profile.norm_window_sums.shape[0]
+        if counts.dim() != 2 or counts.shape[1] != windows or sep.fraction_windows.shape[0] != windows:
+            raise ValueError(f"counts must be [resamples, {windows}] for a profile and a sweep of "
+                             f"{windows} windows (got {tuple(counts.shape)} and "
+                             f"{sep.fraction_windows.shape[0]} sweep windows)")
+        rows = counts @ profile.window_rows.double()                                # [r]
+        sums = B.weighted_sum(profile.norm_window_sums[:, [i_lo, i_hi]].double(), counts)
+        norm = sums / rows.reshape(-1, *([1] * (sums.dim() - 1)))
+        per_window = profile.norm_window_max[:, [i_lo, i_hi]].double()             # [W, 2, *H]
+        drawn = (counts > 0).reshape(*counts.shape, *([1] * (per_window.dim() - 1)))
+        largest = torch.where(drawn, per_window.unsqueeze(0), -math.inf).amax(1)   # [r, 2, *H]
+        x = sep.fraction_windows[:, [k_lo, k_hi]].double()                         # [W, 2, L, H, G]
+        defined = ~torch.isnan(x)
+        total = B.weighted_sum(torch.where(defined, x, torch.zeros_like(x)), counts)
+        fraction = total / B.weighted_sum(defined.double(), counts)                 # NaN where none
+    norm = norm.reshape(norm.shape[0], 2, -1).amax(-1)
+    largest = largest.reshape(largest.shape[0], 2, -1).amax(-1)
+    fraction = fraction.double().reshape(fraction.shape[0], 2, -1).nanmean(-1)
+    return {"jacobian_rise": norm[:, 0] / norm[:, 1], "largest_row_rise": largest[:, 0] / largest[:, 1],
+            "separability_gain": fraction[:, 0] - fraction[:, 1]}
+
+
+def guideline3_intervals(profile: SensitivityProfile, sep: SeparabilityAtTemperature, low_t: float,
+                         high_t: float, **bootstrap_settings) -> dict[str, B.Interval]:
+    """Bootstrap intervals over the windows of :func:`guideline3_values` (key -> Interval), the
+    resamples of every other interval over windows (same seed and count by default;
+    ``bootstrap_settings`` go to :func:`normlimits.core.bootstrap.bootstrap_counts`). Empty with
+    fewer than two windows or a profile without per-window norms. ``largest_row_rise`` is a ratio
+    of extremes (a maximum over rows, windows and heads), which resampling biases; its interval may
+    be widened to the estimate (:data:`normlimits.core.bootstrap.METHOD`)."""
+    windows = 0 if profile.norm_window_sums is None else int(profile.norm_window_sums.shape[0])
+    if windows < 2:
+        return {}
+    estimates = {k: float(v[0]) for k, v in guideline3_values(profile, sep, low_t, high_t).items()}
+    return B.bootstrap_counts(windows, lambda c: guideline3_values(profile, sep, low_t, high_t, c),
+                              estimates, **bootstrap_settings)
+
+
+def guideline3_sentence(values: dict[str, float], intervals: dict[str, B.Interval]) -> str:
+    """The chapter's sentence on G3's intervals (:func:`guideline3_intervals`), or why there are
+    none."""
+    if not intervals:
+        return ("With a single window there is nothing to resample: G3 is graded on its values and "
+                "carries no interval.")
+    first = next(iter(intervals.values()))
+    shown = {"jacobian_rise": ("the row-mean norm's rise", ".2f"),
+             "largest_row_rise": ("the largest row's", ".2f"),
+             "separability_gain": ("the change in $N_s/N$", "+.4f")}
+    parts = [f"{words} {values[k]:{fmt}} [{intervals[k].low:{fmt}}, {intervals[k].high:{fmt}}]"
+             for k, (words, fmt) in shown.items() if k in intervals]
+    return (f"Resampling the {first.n} windows ({first.resamples:,} bootstrap resamples, each "
+            f"pooling its windows' rows as the sweep pools all of them) gives {first.level:.0%} "
+            f"intervals: {'; '.join(parts)}.")
+
+
+def guideline3_undecided_sentence(profile: SensitivityProfile, sep: SeparabilityAtTemperature,
+                                  low_t: float, high_t: float, intervals: dict[str, B.Interval]) -> str:
+    """For every undecided criterion of G3 when it is inconclusive (issue 31 item 3): its interval
+    on all windows and on the first half of them, and roughly how many windows would decide it
+    (:func:`normlimits.claims.undecided_words`); a sentence saying so when G3 is decided."""
+    values = {k: float(v[0]) for k, v in guideline3_values(profile, sep, low_t, high_t).items()}
+    half = 0 if profile.norm_window_sums is None else int(profile.norm_window_sums.shape[0]) // 2
+    half_intervals = {}
+    if half >= 2:
+        first = replace(profile, norm_window_sums=profile.norm_window_sums[:half],
+                        norm_window_max=profile.norm_window_max[:half],
+                        window_rows=profile.window_rows[:half])
+        first_sep = replace(sep, fraction_windows=sep.fraction_windows[:half])
+        half_intervals = guideline3_intervals(first, first_sep, low_t, high_t)
+    parts = undecided_words({"G3": values}, {"G3": intervals}, {"G3": half_intervals},
+                            on_threshold="a ratio of two grid points", digits=4)
+    return ("How many windows would decide it: " + "; ".join(parts) + "." if parts
+            else "G3 is decided by its intervals.")

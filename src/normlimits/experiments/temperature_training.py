@@ -487,6 +487,63 @@ def summarise_study(study: TemperatureStudy, low: float | None = None, base: flo
                         learned=float(study.runs[0].bigram_bits - table.loc[base, "held-out bits (mean)"]))
 
 
+def summary_intervals(study: TemperatureStudy, summary: StudySummary, **bootstrap_settings) -> dict:
+    """Bootstrap intervals over the seeds of the TR criteria (key -> Interval, unit ``seed``).
+
+    A seed fixes the initial weights and the batches at every temperature, so the seeds are
+    paired: a resample draws seeds (with repeats) and keeps both temperatures' runs of each.
+    Per resample: ``harder`` and ``easier``, the difference of the mean held-out bits at
+    ``summary.low`` and ``summary.base`` over the drawn seeds, in units of ``summary.spread`` (the
+    spread is the rule's yardstick, fixed from all seeds: a resample that draws one seed three
+    times has no spread of its own); ``gradients``, the median over the drawn seeds of their
+    query/key gradient ratios; ``learned``, the bigram baseline minus the mean at ``base``.
+    Few seeds give few distinct resamples (3 seeds: 10), so the interval is close to the range of
+    the seeds' own values. Empty when fewer than two seeds ran at both temperatures.
+    ``bootstrap_settings`` go to :func:`normlimits.core.bootstrap.bootstrap_values`."""
+    import numpy as np
+
+    from normlimits.core import bootstrap as B
+
+    low = {r.seed: r for r in study.at(summary.low)}
+    base = {r.seed: r for r in study.at(summary.base)}
+    seeds = sorted(set(low) & set(base))
+    if len(seeds) < 2:
+        return {}
+    low_bits = np.array([low[s].held_out_bits for s in seeds])
+    base_bits = np.array([base[s].held_out_bits for s in seeds])
+    ratios = np.array([float(np.median(low[s].qk_gradient()) / np.median(base[s].qk_gradient()))
+                       for s in seeds])
+    bigram = study.runs[0].bigram_bits
+
+    def values_of(drawn):
+        difference = float(low_bits[drawn].mean() - base_bits[drawn].mean())
+        in_spreads = (difference / summary.spread if summary.spread > 0 else
+                      math.copysign(math.inf, difference) if difference else 0.0)
+        return {"harder": in_spreads, "easier": in_spreads, "gradients": float(np.median(ratios[drawn])),
+                "learned": float(bigram - base_bits[drawn].mean())}
+
+    settings = dict(bootstrap_settings)
+    settings.setdefault("exchangeable", True)
+    return B.bootstrap_values(len(seeds), values_of, ("harder", "easier", "gradients", "learned"),
+                              unit="seed", **settings)
+
+
+def interval_sentence(summary: StudySummary, intervals: dict) -> str:
+    """The chapter's sentence on TR's intervals over seeds (:func:`summary_intervals`), or why
+    there are none."""
+    if not intervals:
+        return ("With a single seed at both temperatures there is nothing to resample: TR is graded "
+                "on its values and carries no interval.")
+    harder, gradients, learned = intervals["harder"], intervals["gradients"], intervals["learned"]
+    return (f"Resampling the {harder.n} seeds ({harder.resamples:,} bootstrap resamples, each seed "
+            f"with its runs at both temperatures) gives {harder.level:.0%} intervals: the difference "
+            f"{summary.in_spreads:+.2f} [{harder.low:+.2f}, {harder.high:+.2f}] seed spreads, the "
+            f"gradient ratio {summary.gradient_ratio:.2f} [{gradients.low:.2f}, {gradients.high:.2f}], "
+            f"the gap to the bigram baseline {summary.learned:.3f} [{learned.low:.3f}, "
+            f"{learned.high:.3f}] bits. With {harder.n} seeds a resample can only repeat them, so "
+            f"these intervals are little more than the range of the seeds' own values.")
+
+
 def running_mean(values, window: int = 25) -> list[float]:
     """Trailing running mean of a 1-D sequence (the first ``window - 1`` entries average what exists)."""
     x = torch.as_tensor(values, dtype=torch.float64).reshape(-1)

@@ -727,7 +727,8 @@ class SensitivityProfile:
     of the exact Jacobian spectral norm (relative accuracy 1e-10); ``rows``: rows averaged;
     ``g_window_sums`` [W, nT, nE, *H] and ``window_rows`` [W]: each window's own sum over its rows
     of ``g(T, eps)`` and its row count (``g`` is the sums' total over the rows' total), what a
-    bootstrap over windows resamples.
+    bootstrap over windows resamples; ``norm_window_sums`` / ``norm_window_max`` [W, nT, *H]: the
+    same per window for the exact spectral norm (its sum over the window's rows, its largest row).
     """
 
     temperatures: Tensor
@@ -742,6 +743,8 @@ class SensitivityProfile:
     extra: dict = field(default_factory=dict)
     g_window_sums: Tensor | None = None
     window_rows: Tensor | None = None
+    norm_window_sums: Tensor | None = None
+    norm_window_max: Tensor | None = None
 
     def head_max(self, name: str = "g") -> Tensor:
         """Maximum over heads (all trailing head dimensions) of a statistic: [nT, nE] or [nT]."""
@@ -816,6 +819,8 @@ def sensitivity_profile(logit_blocks: Iterable[Tensor], temperatures=None, epsil
     acc = _Accumulator(t, e)
     head_shape = None
     window_sums: list[Tensor] = []
+    window_norms: list[Tensor] = []
+    window_norm_max: list[Tensor] = []
     window_rows: list[int] = []
     for block in logit_blocks:
         if block.dim() < 2:
@@ -831,7 +836,7 @@ def sensitivity_profile(logit_blocks: Iterable[Tensor], temperatures=None, epsil
         rows = block.shape[-2]
         per_row = max(1, block[..., 0, :].numel())
         step = row_chunk if row_chunk is not None else max(1, chunk_elements // per_row)
-        window_g = None
+        window = _Accumulator(t, e)
         for r0 in range(0, rows, step):
             r1 = min(rows, r0 + step)
             cols = visible[r0:r1].any(0).nonzero()
@@ -840,8 +845,10 @@ def sensitivity_profile(logit_blocks: Iterable[Tensor], temperatures=None, epsil
             stats = _row_stats(sub, t, e, directions[..., r0:r1, :width])
             for name, value in stats.items():
                 acc.add(name, value, reduce_max=(name == "norm_max"))
-            window_g = stats["g"] if window_g is None else window_g + stats["g"]
-        window_sums.append(window_g)
+                window.add(name, value, reduce_max=(name == "norm_max"))
+        window_sums.append(window.sums["g"])
+        window_norms.append(window.sums["norm_mean"])
+        window_norm_max.append(window.maxes["norm_max"])
         window_rows.append(rows)
         acc.rows += rows
         acc.windows += 1
@@ -853,7 +860,9 @@ def sensitivity_profile(logit_blocks: Iterable[Tensor], temperatures=None, epsil
                               norm_mean=s["norm_mean"] / n, norm_max=acc.maxes["norm_max"], rows=n,
                               windows=acc.windows, seconds=time.perf_counter() - start,
                               g_window_sums=torch.stack(window_sums),
-                              window_rows=torch.tensor(window_rows, dtype=torch.float64))
+                              window_rows=torch.tensor(window_rows, dtype=torch.float64),
+                              norm_window_sums=torch.stack(window_norms),
+                              norm_window_max=torch.stack(window_norm_max))
 
 
 def default_rows(length: int, count: int = 64) -> Tensor:
