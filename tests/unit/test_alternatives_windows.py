@@ -133,6 +133,37 @@ def test_first_windows_and_its_errors(five_windows):
         five_windows.first(6)
 
 
+def test_extended_results_stack_the_windows_and_keep_the_first_jacobian(five_windows):
+    """Two parts stacked are the whole: the first two windows extended by the last three give
+    every window statistic of the five, bit for bit, and the Jacobian of the first part."""
+    from normlimits.claims import narrowing_rows
+
+    tail = replace(five_windows, windows=3, stats={
+        k: {n: x[2:] for n, x in d.items() if n not in AW.JACOBIAN_STATISTICS}
+        for k, d in five_windows.stats.items()})
+    whole = five_windows.first(2).extended(tail)
+    assert whole.windows == 5
+    for key, by_name in five_windows.stats.items():
+        for name, x in by_name.items():
+            assert torch.equal(whole.stats[key][name], x), (key, name)
+    with pytest.raises(ValueError, match="same normalisers"):
+        five_windows.first(2).extended(replace(tail, normalizers=["softmax"]))
+    # how the intervals of an undecided criterion narrow from 2 to 5 windows, with the verdicts
+    cid = claim_id("ssmax", "vanishing")
+    stages = []
+    for part in (five_windows.first(2), whole):
+        verdict = A.yardstick_verdict(part, "ssmax", **OPTIONS)
+        ivs = AW.yardstick_intervals(part, {"ssmax": verdict}, resamples=200, **OPTIONS)
+        stages.append((part.windows, {cid: verdict.values["vanishing"]}, {cid: ivs["ssmax"]["vanishing"]}))
+    rows = narrowing_rows(stages, {cid: ["exponent"]})
+    assert [(r["claim"], r["criterion"]) for r in rows] == [(cid, "exponent")]
+    for units, values, ivs in stages:
+        iv = ivs[cid]["exponent"]
+        assert rows[0][f"{units} windows"] == f"{values[cid]['exponent']:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+        assert rows[0][f"verdict, {units}"] == claim(cid).rule.grade(values[cid], ivs[cid])
+    assert narrowing_rows([(2, {}, {})], {cid: ["exponent"]})[0]["2 windows"] == "-"
+
+
 def test_a_statistic_straddling_its_threshold_is_inconclusive(five_windows):
     """Planted: windows whose largest weight falls as L^e with e spread around -0.1 (the rule's
     flatness threshold), softmax's as 1/L (so the gain criterion holds): the exponent's interval

@@ -67,12 +67,14 @@ class ChapterContext:
         return token_windows(self.loaded, self.corpus, length or self.loaded.max_positions,
                              count or self.window_count)
 
-    def captures(self, length: int | None = None, count: int | None = None):
+    def captures(self, length: int | None = None, count: int | None = None, shift: float = 0.0):
         """One capture per window of :meth:`windows`, as an iterator of
         :class:`~normlimits.model.capture.WindowCapture`: one forward pass per window, shared by every
-        chapter of a build through the capture cache (:mod:`normlimits.model.capture_cache`)."""
+        chapter of a build through the capture cache (:mod:`normlimits.model.capture_cache`).
+        ``shift`` 0.5: as many windows halfway between those (the two sets together are the
+        windows of twice the count)."""
         return cached_captures(self.loaded, self.corpus, length or self.loaded.max_positions,
-                               count or self.window_count)
+                               count or self.window_count, shift=shift)
 
     def one_time(self, seconds: float) -> None:
         """Count ``seconds`` of this execution as one-time work (a training whose result is now

@@ -21,7 +21,7 @@ import html
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from normlimits.claims import ledger, rules
 from normlimits.core.markup import html_table, inline_html, with_interval
@@ -32,7 +32,7 @@ from normlimits.claims.rules import (
 __all__ = ["Claim", "Criterion", "Rule", "Graded", "REGISTRY", "VERDICTS", "OPS", "KINDS",
            "CHAPTER_MODULES", "claim", "expected_claims", "make_row", "record", "record_variant",
            "regrade", "plain_text", "describe_outcomes", "glue_key", "readings_words",
-           "selection_words", "ONE_WINDOW"]
+           "selection_words", "ONE_WINDOW", "narrowing_rows"]
 
 #: chapters whose claims are registered, in book order (a module of this package each)
 CHAPTER_MODULES = ("vanishing", "distances", "separability", "gradients", "alternatives",
@@ -341,6 +341,34 @@ def undecided_words(values: Mapping[str, Mapping], intervals: Mapping[str, Mappi
                    f"of {unit} decides it under this rule" if need == math.inf else
                    f"if the interval narrows as 1/√n, about {need:.0f} {unit} would decide it"))
     return parts
+
+
+def narrowing_rows(stages, undecided: Mapping[str, Sequence[str]], *, digits: int = 3) -> list[dict]:
+    """How the intervals of undecided criteria narrow as units are added (issue 31 item 3): one
+    row per (claim, criterion) of ``undecided`` (claim id -> criterion keys, e.g.
+    :func:`undecided_criteria`), with, for every stage, the value and its interval ("v [low, high]",
+    or the value alone where the stage has no interval) and the claim's verdict on that stage's
+    values and intervals (by the registered rule).
+
+    ``stages``: ``[(units, values, intervals), ...]`` in increasing ``units``; ``values`` and
+    ``intervals``: claim id -> criterion key -> value / Interval, as :func:`undecided_words` takes
+    them. A claim a stage did not grade (missing values) shows "-"."""
+    out = []
+    for cid, keys in undecided.items():
+        rule = claim(cid).rule
+        for key in keys:
+            row = {"claim": cid, "criterion": key}
+            for units, values, intervals in stages:
+                v, ivs = values.get(cid), intervals.get(cid) or {}
+                if v is None or v.get(key) is None:
+                    row[f"{units} windows"] = row[f"verdict, {units}"] = "-"
+                    continue
+                iv = ivs.get(key)
+                row[f"{units} windows"] = (f"{v[key]:.{digits}f}" if iv is None else
+                                           f"{v[key]:.{digits}f} [{iv.low:.{digits}f}, {iv.high:.{digits}f}]")
+                row[f"verdict, {units}"] = rule.grade(v, ivs)
+            out.append(row)
+    return out
 
 
 def undecided_criteria(rows) -> dict[str, list[str]]:

@@ -292,6 +292,19 @@ class YardstickResults:
         return replace(self, stats={key: {name: x[:count] for name, x in by_name.items()}
                                     for key, by_name in self.stats.items()}, windows=count)
 
+    def extended(self, other: "YardstickResults") -> "YardstickResults":
+        """These results followed by ``other``'s windows (same normalisers and grids): every
+        statistic ``other`` measured is stacked after this one's; the statistics ``other`` did not
+        measure (the Jacobian, measured on the first windows only) stay this one's. ValueError
+        when the normalisers or grids differ."""
+        if other.normalizers != self.normalizers or other.config != self.config:
+            raise ValueError("results of other normalisers or grids cannot be stacked: measure both "
+                             "with the same normalisers and YardstickConfig")
+        stats = {key: {name: (torch.cat([x, other.stats[key][name]]) if name in other.stats[key] else x)
+                       for name, x in by_name.items()} for key, by_name in self.stats.items()}
+        return replace(self, stats=stats, windows=self.windows + other.windows,
+                       seconds=self.seconds + other.seconds)
+
     def head_values(self, key: str, name: str) -> Tensor:
         """Per-head values, mean over windows: [heads_total, G/n] (or [nT, heads_total])."""
         x = self.stats[key][name].mean(0)
