@@ -210,7 +210,7 @@ def guideline3_sentence(values: dict[str, float], intervals: dict[str, B.Interva
     first = next(iter(intervals.values()))
     shown = {"jacobian_rise": ("the row-mean norm's rise", ".2f"),
              "largest_row_rise": ("the largest row's", ".2f"),
-             "separability_gain": ("the change in $N_s/N$", "+.4f")}
+             "separability_gain": ("the change in N_s/N", "+.4f")}
     parts = [f"{words} {values[k]:{fmt}} [{intervals[k].low:{fmt}}, {intervals[k].high:{fmt}}]"
              for k, (words, fmt) in shown.items() if k in intervals]
     return (f"Resampling the {first.n} windows ({first.resamples:,} bootstrap resamples, each "
