@@ -228,3 +228,13 @@ def test_a_chapter_on_one_window_says_why_its_rows_have_no_interval(tmp_path, mo
     assert "unresampled" not in untestable
     check_only = claims.record(OneWindow(), "C1S", {"outside": 0.0}, "m", glue=False).row
     assert "unresampled" not in check_only
+
+
+def test_why_unresampled_is_given_only_to_a_graded_measured_row_without_intervals():
+    from normlimits.core.bootstrap import Interval
+
+    assert claims.why_unresampled("NU", None, None) == claims.ONE_WINDOW
+    assert claims.why_unresampled("NU", None, None, "a fixed computation") == "a fixed computation"
+    assert claims.why_unresampled("NU", {"exponent": Interval(-1.1, -0.9, 8)}, None) is None
+    assert claims.why_unresampled("NU", None, "no model here") is None
+    assert claims.why_unresampled("C1S", None, None) is None        # checks only

@@ -46,7 +46,7 @@ import torch
 
 from normlimits.core import protocol
 from normlimits.core.protocol import half_octave_grid, length_grid
-from normlimits.claims import ONE_WINDOW, claim, make_row
+from normlimits.claims import ONE_WINDOW, make_row, why_unresampled
 from normlimits.core.plotting import median_band
 from normlimits.experiments import figure2_windows as FW, figure4 as F4, reading_table as RT
 from normlimits.experiments import separability_curves as SC
@@ -200,10 +200,8 @@ def _row(claim_id: str, values: dict, measured: str, model: str, *, unresampled:
     missing = [k for k, v in values.items() if v is None or (isinstance(v, float) and np.isnan(v))]
     reason = (f"{', '.join(missing)} could not be computed on this model and grid" if missing
               else None)
-    measures = any(c.kind == "measurement" for c in claim(claim_id).rule.criteria)
-    unsaid = None if kw.get("intervals") or reason or not measures else unresampled
     return make_row(claim_id, values, measured, chapter="audit", model=model, reason=reason,
-                    unresampled=unsaid, **kw)
+                    unresampled=why_unresampled(claim_id, kw.get("intervals"), reason, unresampled), **kw)
 
 
 # ------------------------------------------------------------------------------ vanishing weights

@@ -32,7 +32,7 @@ from normlimits.claims.rules import (
 __all__ = ["Claim", "Criterion", "Rule", "Graded", "REGISTRY", "VERDICTS", "OPS", "KINDS",
            "CHAPTER_MODULES", "claim", "expected_claims", "make_row", "record", "record_variant",
            "regrade", "plain_text", "describe_outcomes", "glue_key", "readings_words",
-           "selection_words", "ONE_WINDOW", "narrowing_rows"]
+           "selection_words", "ONE_WINDOW", "why_unresampled", "narrowing_rows"]
 
 #: chapters whose claims are registered, in book order (a module of this package each)
 CHAPTER_MODULES = ("vanishing", "distances", "separability", "gradients", "alternatives",
@@ -252,6 +252,15 @@ def _resampling(claim_id: str, intervals: Mapping | None) -> dict | None:
 ONE_WINDOW = "measured on one window: there is no unit to resample"
 
 
+def why_unresampled(claim_id: str, intervals: Mapping | None, reason: str | None,
+                    why: str = ONE_WINDOW) -> str | None:
+    """``why`` for a row of ``claim_id`` that needs a reason for having no interval (graded, by a
+    rule with a measurement criterion, without intervals), else None: what ``unresampled`` gets
+    where the caller knows the cause (:func:`record` on one window; the audit)."""
+    measures = any(c.kind == "measurement" for c in claim(claim_id).rule.criteria)
+    return None if intervals or reason or not measures else why
+
+
 def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
            variant: str | None = None, model: str | None = None, reason: str | None = None,
            reading: str | None = None, readings: list[dict] | None = None,
@@ -290,9 +299,8 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
     """
     chapter = ctx if isinstance(ctx, str) else ctx.chapter
     model = model or (None if isinstance(ctx, str) else ctx.model_label)
-    if (unresampled is None and not intervals and not reason and getattr(ctx, "window_count", None) == 1
-            and any(c.kind == "measurement" for c in claim(claim_id).rule.criteria)):
-        unresampled = ONE_WINDOW
+    if unresampled is None and getattr(ctx, "window_count", None) == 1:
+        unresampled = why_unresampled(claim_id, intervals, reason)
     row = make_row(claim_id, values, measured, chapter=chapter, model=model, variant=variant,
                    reason=reason, reading=reading, readings=readings, selection=selection,
                    intervals=intervals, corpus=corpus, unresampled=unresampled)

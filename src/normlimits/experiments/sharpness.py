@@ -24,6 +24,7 @@ from torch import Tensor
 
 from normlimits.claims import undecided_words
 from normlimits.core import bootstrap as B
+from normlimits.experiments.figure4 import nearest
 from normlimits.metrics.jacobian import SensitivityProfile, sensitivity_profile
 from normlimits.metrics.normalizers import check_temperature
 from normlimits.metrics.separability import check_n_grid, geometric_separability, project_to_sphere
@@ -57,12 +58,7 @@ class SeparabilityAtTemperature:
 
     def at(self, temperature: float) -> Tensor:
         """[layers, heads, G] at the grid temperature closest to ``temperature`` (log scale)."""
-        return self.fraction[_nearest(self.temperatures, temperature)]
-
-
-def _nearest(grid: Tensor, value: float) -> int:
-    """Index of the grid value closest to ``value`` on a log scale (the first of a tie)."""
-    return int((grid.double().log() - torch.log(torch.tensor(float(value), dtype=torch.float64))).abs().argmin())
+        return self.fraction[nearest(self.temperatures.numpy(), temperature)]
 
 
 class _SeparabilityAccumulator:
@@ -152,8 +148,8 @@ def guideline3_values(profile: SensitivityProfile, sep: SeparabilityAtTemperatur
     mean of ``N_s/N`` over the drawn windows where defined). Returns ``{key: Tensor [r]}`` ([1]
     for ``counts`` None).
     """
-    i_lo, i_hi = _nearest(profile.temperatures, low_t), _nearest(profile.temperatures, high_t)
-    k_lo, k_hi = _nearest(sep.temperatures, low_t), _nearest(sep.temperatures, high_t)
+    i_lo, i_hi = (nearest(profile.temperatures.numpy(), t) for t in (low_t, high_t))
+    k_lo, k_hi = (nearest(sep.temperatures.numpy(), t) for t in (low_t, high_t))
     if counts is None:
         norm = profile.norm_mean[[i_lo, i_hi]].unsqueeze(0)                        # [1, 2, *H]
         largest = profile.norm_max[[i_lo, i_hi]].unsqueeze(0)

@@ -457,6 +457,18 @@ class StudySummary:
     learned: float
 
 
+def _gradient_ratio(run: TemperatureRun, base: TemperatureRun) -> float:
+    """The median per-step query/key gradient norm of ``run`` over that of ``base`` (same seed)."""
+    import numpy as np
+
+    return float(np.median(run.qk_gradient()) / np.median(base.qk_gradient()))
+
+
+def _in_spreads(difference: float, spread: float) -> float:
+    """``difference`` in units of ``spread`` (+-inf for a difference with no spread, 0 for none)."""
+    return difference / spread if spread > 0 else math.copysign(math.inf, difference) if difference else 0.0
+
+
 def summarise_study(study: TemperatureStudy, low: float | None = None, base: float = 1.0) -> StudySummary:
     """Seed-aware comparison of the lowest temperature (or ``low``) with ``base`` (T = 1)."""
     import numpy as np
@@ -469,8 +481,7 @@ def summarise_study(study: TemperatureStudy, low: float | None = None, base: flo
     for t in temps:
         runs = study.at(t)
         bits = np.array([r.held_out_bits for r in runs])
-        ratios = [float(np.median(r.qk_gradient()) / np.median(base_runs[r.seed].qk_gradient()))
-                  for r in runs if r.seed in base_runs]
+        ratios = [_gradient_ratio(r, base_runs[r.seed]) for r in runs if r.seed in base_runs]
         rows.append({"T": t, "seeds": len(runs), "held-out bits (mean)": float(bits.mean()),
                      "min": float(bits.min()), "max": float(bits.max()),
                      "seed range": float(bits.max() - bits.min()),
@@ -479,9 +490,8 @@ def summarise_study(study: TemperatureStudy, low: float | None = None, base: flo
     table = pd.DataFrame(rows).set_index("T")
     spread = float(max(table.loc[low, "seed range"], table.loc[base, "seed range"]))
     difference = float(table.loc[low, "held-out bits (mean)"] - table.loc[base, "held-out bits (mean)"])
-    in_spreads = difference / spread if spread > 0 else math.copysign(math.inf, difference) if difference else 0.0
     return StudySummary(table=table, low=low, base=base, spread=spread, difference=difference,
-                        in_spreads=in_spreads,
+                        in_spreads=_in_spreads(difference, spread),
                         gradient_ratio=float(table.loc[low, "qk-gradient ratio to T=1"]),
                         largest_range=float(table["seed range"].max()),
                         learned=float(study.runs[0].bigram_bits - table.loc[base, "held-out bits (mean)"]))
@@ -511,14 +521,11 @@ def summary_intervals(study: TemperatureStudy, summary: StudySummary, **bootstra
         return {}
     low_bits = np.array([low[s].held_out_bits for s in seeds])
     base_bits = np.array([base[s].held_out_bits for s in seeds])
-    ratios = np.array([float(np.median(low[s].qk_gradient()) / np.median(base[s].qk_gradient()))
-                       for s in seeds])
+    ratios = np.array([_gradient_ratio(low[s], base[s]) for s in seeds])
     bigram = study.runs[0].bigram_bits
 
     def values_of(drawn):
-        difference = float(low_bits[drawn].mean() - base_bits[drawn].mean())
-        in_spreads = (difference / summary.spread if summary.spread > 0 else
-                      math.copysign(math.inf, difference) if difference else 0.0)
+        in_spreads = _in_spreads(float(low_bits[drawn].mean() - base_bits[drawn].mean()), summary.spread)
         return {"harder": in_spreads, "easier": in_spreads, "gradients": float(np.median(ratios[drawn])),
                 "learned": float(bigram - base_bits[drawn].mean())}
 
