@@ -146,8 +146,10 @@ def test_extended_results_stack_the_windows_and_keep_the_first_jacobian(five_win
     for key, by_name in five_windows.stats.items():
         for name, x in by_name.items():
             assert torch.equal(whole.stats[key][name], x), (key, name)
-    with pytest.raises(ValueError, match="same normalisers"):
-        five_windows.first(2).extended(replace(tail, normalizers=["softmax"]))
+    with pytest.raises(ValueError, match="some of the first's"):
+        five_windows.first(2).extended(replace(tail, normalizers=["softmax", "sink"]))
+    with pytest.raises(ValueError, match="same YardstickConfig"):
+        five_windows.first(2).extended(replace(tail, config=replace(tail.config, rows=tail.config.rows[1:])))
     # how the intervals of an undecided criterion narrow from 2 to 5 windows, with the verdicts
     cid = claim_id("ssmax", "vanishing")
     stages = []
@@ -206,3 +208,57 @@ def test_overview_shows_values_with_their_intervals(five_windows):
     from normlimits.core.markup import significant
 
     assert f"[{significant(gain.low)}, {significant(gain.high)}]" in text
+
+
+def test_measuring_some_yardsticks_gives_those_statistics_bit_for_bit():
+    """``measure(yardsticks=...)`` computes the chosen yardsticks' statistics exactly as the full
+    measurement does, and no other; an unknown yardstick is refused."""
+    from conftest import make_tiny_gpt2
+    from normlimits.model.capture import iter_captures
+    from normlimits.model.pretrained import LoadedModel, byte_encode
+
+    loaded = LoadedModel(model=make_tiny_gpt2(), name="tiny", source="test", encode=byte_encode,
+                         tokenizer_kind="bytes", is_paper_model=False)
+    windows = torch.stack([(k * torch.arange(64) + 5 * k) % 250 for k in (3, 5)])
+    config = A.YardstickConfig.for_window(64, rows=6, jacobian_rows=4, smallest=8,
+                                          temperatures=(0.1, 1.0), jacobian_windows=1)
+    full = A.measure(iter_captures(loaded, windows), ["softmax", "ssmax"], config, gradient=[])
+    for chosen in (["vanishing"], ["separability"], ["distance", "separability"]):
+        part = A.measure(iter_captures(loaded, windows), ["softmax", "ssmax"], config, gradient=[],
+                         yardsticks=chosen)
+        names = {n for y in chosen for n in A.WINDOW_STATISTICS[y]}
+        for key in ("softmax", "ssmax"):
+            assert set(part.stats[key]) == names, chosen
+            for name in names:
+                assert torch.equal(part.stats[key][name], full.stats[key][name]), (chosen, key, name)
+    with pytest.raises(ValueError, match="unknown window yardstick.*'gradient'"):
+        A.measure(iter_captures(loaded, windows), ["softmax"], config, yardsticks=["gradient"])
+
+
+def test_window_criteria_are_the_verdicts_and_intervals_of_those_yardsticks(five_windows):
+    """On results holding only the vanishing statistics of softmax and two normalisers (as the
+    chapter's added windows are measured), ``window_criteria`` gives the values and intervals
+    ``yardstick_verdict`` and ``yardstick_intervals`` give on the full results."""
+    keys = ["ssmax", "sparsemax"]
+    tail = replace(five_windows, windows=3, normalizers=["softmax", *keys], stats={
+        k: {n: x[2:] for n, x in five_windows.stats[k].items() if n in A.WINDOW_STATISTICS["vanishing"]}
+        for k in ("softmax", *keys)})
+    part = five_windows.first(2).extended(tail)
+    assert part.normalizers == ["softmax", *keys] and "distance" not in part.stats["ssmax"]
+    assert torch.equal(part.stats["ssmax"]["jacobian"], five_windows.stats["ssmax"]["jacobian"])
+    values, ivs = AW.window_criteria(part, keys, ["vanishing"], resamples=300, **OPTIONS)
+    verdicts = {k: A.yardstick_verdict(five_windows, k, **OPTIONS) for k in keys}
+    want = AW.yardstick_intervals(five_windows, verdicts, resamples=300, **OPTIONS)
+    for key in keys:
+        assert set(values[key]) == {"vanishing"}
+        for c, v in verdicts[key].values["vanishing"].items():
+            assert values[key]["vanishing"][c] == pytest.approx(v, rel=1e-12, abs=1e-15)
+            got, expected = ivs[key]["vanishing"][c], want[key]["vanishing"][c]
+            assert (got.low, got.high, got.n) == pytest.approx((expected.low, expected.high, expected.n),
+                                                               rel=1e-12, abs=1e-15)
+    with pytest.raises(KeyError):            # the distance statistics were not measured
+        AW.window_criteria(part, keys, ["distance"], **OPTIONS)
+    with pytest.raises(ValueError, match="unknown window yardstick"):
+        AW.window_criteria(part, keys, ["gradient"], **OPTIONS)
+    one_values, one_ivs = AW.window_criteria(part.first(1), keys, ["vanishing"], **OPTIONS)
+    assert one_ivs == {k: {"vanishing": {}} for k in keys} and one_values["ssmax"]["vanishing"]

@@ -60,6 +60,9 @@ __all__ = [
     "row_statistics",
     "YardstickConfig",
     "YardstickResults",
+    "WINDOW_YARDSTICKS",
+    "WINDOW_STATISTICS",
+    "JACOBIAN_STATISTICS",
     "measure_window",
     "measure",
     "critical_scale",
@@ -193,8 +196,19 @@ def _softmax_curve(logits: Tensor, temperatures: Sequence[float]) -> tuple[Tenso
     return torch.stack(norms), torch.stack(sel)
 
 
+#: the yardsticks measured on every window, and the statistics each needs (the gradient
+#: yardstick's, measured on the first windows only, are chosen by ``gradient``)
+WINDOW_YARDSTICKS = ("vanishing", "distance", "separability")
+JACOBIAN_STATISTICS = ("jacobian", "jacobian_max", "jacobian_selectivity", "reference_jacobian",
+                       "reference_selectivity")
+WINDOW_STATISTICS = {"vanishing": ("max_weight", "entropy", "entropy_ratio", "mass", "support"),
+                     "distance": ("distance", "expected", "top_n_mass"),
+                     "separability": ("separability",)}
+
+
 def measure_window(capture, normalizers: Sequence[str | Normalizer], config: YardstickConfig,
-                   *, gradient: bool | Sequence[str] = True) -> dict[str, dict[str, Tensor]]:
+                   *, gradient: bool | Sequence[str] = True,
+                   yardsticks: Sequence[str] = WINDOW_YARDSTICKS) -> dict[str, dict[str, Tensor]]:
     """The four yardsticks on one captured window, for every normaliser.
 
     ``capture``: a :class:`normlimits.model.capture.WindowCapture` (queries, keys, values
@@ -212,7 +226,14 @@ def measure_window(capture, normalizers: Sequence[str | Normalizer], config: Yar
       [nTref, layers, heads], the same on ``config.reference_temperatures`` (only with
       ``gradient``: True for every normaliser, or the keys of those that need it; the sweeps
       skip this costly yardstick).
+
+    ``yardsticks``: the window yardsticks measured (:data:`WINDOW_STATISTICS` lists each one's
+    statistics; the others are not computed, e.g. only the vanishing rows L-1 when only a
+    vanishing criterion is wanted).
     """
+    unknown = sorted(set(yardsticks) - set(WINDOW_YARDSTICKS))
+    if unknown:
+        raise ValueError(f"unknown window yardstick(s) {unknown}; choose from {list(WINDOW_YARDSTICKS)}")
     window = capture.values.shape[-2]
     _check_config(config, window)
     lengths = torch.tensor(config.lengths)
@@ -228,16 +249,20 @@ def measure_window(capture, normalizers: Sequence[str | Normalizer], config: Yar
     out: dict[str, dict[str, Tensor]] = {}
     for name in normalizers:
         nz = get_normalizer(name)
-        stats = row_statistics(nz(logits_v), logits_v)
-        res = {k: stats[k] for k in ("max_weight", "entropy", "entropy_ratio", "mass", "support")}
-        w = nz(logits_r)
-        prof = D.distance_profile(w, values, list(config.n_grid), lengths=rows + 1,
-                                  expectation=True, jensen=False, bounds=False)
-        res["distance"] = prof.true.mean(-2)
-        res["expected"] = prof.expected_main.mean(-2)
-        res["top_n_mass"] = prof.top_n_mass.mean(-2)
-        sep = S.geometric_separability(w, sphere, list(config.n_grid), rows=rows)
-        res["separability"] = torch.nanmean(sep.fraction.to(DTYPE), dim=-2)
+        res = {}
+        if "vanishing" in yardsticks:
+            stats = row_statistics(nz(logits_v), logits_v)
+            res |= {k: stats[k] for k in WINDOW_STATISTICS["vanishing"]}
+        w = nz(logits_r) if {"distance", "separability"} & set(yardsticks) else None
+        if "distance" in yardsticks:
+            prof = D.distance_profile(w, values, list(config.n_grid), lengths=rows + 1,
+                                      expectation=True, jensen=False, bounds=False)
+            res["distance"] = prof.true.mean(-2)
+            res["expected"] = prof.expected_main.mean(-2)
+            res["top_n_mass"] = prof.top_n_mass.mean(-2)
+        if "separability" in yardsticks:
+            sep = S.geometric_separability(w, sphere, list(config.n_grid), rows=rows)
+            res["separability"] = torch.nanmean(sep.fraction.to(DTYPE), dim=-2)
         if gradient is True or (gradient and nz.key in gradient):
             norms = _norms_over_temperatures(nz, logits_j, config)                   # [nT,l,h,Rj]
             res["jacobian"] = norms.mean(-1)
@@ -293,17 +318,22 @@ class YardstickResults:
                                     for key, by_name in self.stats.items()}, windows=count)
 
     def extended(self, other: "YardstickResults") -> "YardstickResults":
-        """These results followed by ``other``'s windows (same normalisers and grids): every
-        statistic ``other`` measured is stacked after this one's; the statistics ``other`` did not
-        measure (the Jacobian, measured on the first windows only) stay this one's. ValueError
-        when the normalisers or grids differ."""
-        if other.normalizers != self.normalizers or other.config != self.config:
-            raise ValueError("results of other normalisers or grids cannot be stacked: measure both "
-                             "with the same normalisers and YardstickConfig")
-        stats = {key: {name: (torch.cat([x, other.stats[key][name]]) if name in other.stats[key] else x)
-                       for name, x in by_name.items()} for key, by_name in self.stats.items()}
-        return replace(self, stats=stats, windows=self.windows + other.windows,
-                       seconds=self.seconds + other.seconds)
+        """These results followed by ``other``'s windows (same grids; ``other``'s normalisers
+        among these): the normalisers and window statistics ``other`` measured, each stacked after
+        this one's, and the Jacobian statistics (measured on the first windows only) this one's.
+        A window statistic ``other`` did not measure is left out (it would rest on fewer windows
+        than the rest). ValueError when the grids differ or ``other`` has another normaliser."""
+        if other.config != self.config or not set(other.normalizers) <= set(self.normalizers):
+            raise ValueError("results of other grids or normalisers cannot be stacked: measure both "
+                             "with the same YardstickConfig, the second with some of the first's "
+                             "normalisers")
+        stats = {}
+        for key in other.normalizers:
+            mine, theirs = self.stats[key], other.stats[key]
+            stats[key] = {name: (torch.cat([x, theirs[name]]) if name in theirs else x)
+                          for name, x in mine.items() if name in theirs or name in JACOBIAN_STATISTICS}
+        return replace(self, normalizers=list(other.normalizers), stats=stats,
+                       windows=self.windows + other.windows, seconds=self.seconds + other.seconds)
 
     def head_values(self, key: str, name: str) -> Tensor:
         """Per-head values, mean over windows: [heads_total, G/n] (or [nT, heads_total])."""
@@ -373,12 +403,14 @@ class YardstickResults:
 
 def measure(captures: Iterable, normalizers: Sequence[str | Normalizer] | None = None,
             config: YardstickConfig | None = None, *,
-            gradient: Sequence[str] | None = None) -> YardstickResults:
+            gradient: Sequence[str] | None = None,
+            yardsticks: Sequence[str] = WINDOW_YARDSTICKS) -> YardstickResults:
     """:func:`measure_window` over windows (an iterable of captures, consumed once), stacked.
 
     ``normalizers`` (keys or :class:`~normlimits.metrics.normalizers.Normalizer` objects, keys unique)
     defaults to every registered one; ``config`` to :meth:`YardstickConfig.for_window` of the
-    first window's length; ``gradient``: the keys that get the gradient yardstick (default all).
+    first window's length; ``gradient``: the keys that get the gradient yardstick (default all);
+    ``yardsticks``: the window yardsticks measured (default all three).
     """
     start = time.perf_counter()
     objects = [get_normalizer(n) for n in (normalizers or list(NORMALIZERS))]
@@ -390,7 +422,7 @@ def measure(captures: Iterable, normalizers: Sequence[str | Normalizer] | None =
     for capture in captures:
         if config is None:
             config = YardstickConfig.for_window(capture.values.shape[-2])
-        parts.append(measure_window(capture, objects, config,
+        parts.append(measure_window(capture, objects, config, yardsticks=yardsticks,
                                     gradient=wanted if len(parts) < config.jacobian_windows else False))
     if not parts:
         raise ValueError("no windows were given; pass at least one captured window")

@@ -42,17 +42,12 @@ from normlimits.core import bootstrap as B
 from normlimits.core.bootstrap import RESAMPLES, SEED, Interval
 from normlimits.core.fits import loglog_fit
 from normlimits.metrics.critical_n import resampled_critical_n
+# the statistics measured on the first ``jacobian_windows`` windows only, and the yardsticks whose
+# criteria are computed from the counts of every window
+from normlimits.experiments.alternatives import JACOBIAN_STATISTICS, WINDOW_YARDSTICKS
 
-__all__ = ["JACOBIAN_STATISTICS", "yardstick_window_values", "yardstick_intervals",
-           "largest_weight_interval", "interval_sentence"]
-
-#: the statistics measured on the first ``jacobian_windows`` windows only
-JACOBIAN_STATISTICS = ("jacobian", "jacobian_max", "jacobian_selectivity", "reference_jacobian",
-                       "reference_selectivity")
-
-#: the yardsticks whose criteria are computed from the counts of every window
-WINDOW_YARDSTICKS = ("vanishing", "distance", "separability")
-
+__all__ = ["JACOBIAN_STATISTICS", "WINDOW_YARDSTICKS", "yardstick_window_values", "yardstick_intervals",
+           "window_criteria", "largest_weight_interval", "interval_sentence"]
 
 def _head_curves(results, key: str, name: str, counts: Tensor) -> Tensor:
     """[r, heads, G]: per resample, per (layer, head), the drawn windows' mean curve."""
@@ -80,30 +75,64 @@ def _separability(results, key: str, counts: Tensor) -> Tensor:
 
 
 def yardstick_window_values(results, keys: Sequence[str], counts: Tensor, reference: str = "softmax", *,
-                            alpha: float = 0.01, margin: float = 0.02, knee: int = 16) -> dict:
-    """The vanishing, distance and separability criteria of every normaliser of ``keys`` on each
-    resample ``counts`` [r, W] of the windows: ``{(key, yardstick, criterion): array [r]}`` (NaN
-    where a resample cannot grade it). With ``counts`` all ones these are
-    :func:`normlimits.experiments.alternatives.yardstick_verdict`'s values."""
+                            alpha: float = 0.01, margin: float = 0.02, knee: int = 16,
+                            yardsticks: Sequence[str] = WINDOW_YARDSTICKS) -> dict:
+    """The vanishing, distance and separability criteria (or those of ``yardsticks``) of every
+    normaliser of ``keys`` on each resample ``counts`` [r, W] of the windows:
+    ``{(key, yardstick, criterion): array [r]}`` (NaN where a resample cannot grade it). With
+    ``counts`` all ones these are :func:`normlimits.experiments.alternatives.yardstick_verdict`'s
+    values. Only the statistics of ``yardsticks`` are read (``results`` may lack the others)."""
     grid = list(results.config.n_grid)
     start = next((i for i, n in enumerate(grid) if n >= knee), len(grid))
-    exp_r = _exponents(results, reference, counts)
-    crit_r = _critical(results, reference, counts, alpha)
-    sep_r = _separability(results, reference, counts)[:, start:]
+    exp_r = _exponents(results, reference, counts) if "vanishing" in yardsticks else None
+    crit_r = _critical(results, reference, counts, alpha) if "distance" in yardsticks else None
+    sep_r = _separability(results, reference, counts)[:, start:] if "separability" in yardsticks else None
     out = {}
     for key in keys:
-        exp_k = _exponents(results, key, counts)
-        out[(key, "vanishing", "exponent")] = exp_k.numpy()
-        out[(key, "vanishing", "gain")] = (exp_k - exp_r).numpy()
-        # no critical N on the grid counts as twice the largest N (a lower bound), as the verdict does
-        crit_k = np.where(np.isnan(c := _critical(results, key, counts, alpha)), 2.0 * max(grid), c)
-        out[(key, "distance", "later")] = np.log2(crit_k / crit_r)
-        sep_k = _separability(results, key, counts)[:, start:]
-        share = ((sep_k >= sep_r + margin).to(torch.float64).mean(-1) if sep_k.shape[-1]
-                 else torch.full((counts.shape[0],), math.nan, dtype=torch.float64))
-        out[(key, "separability", "every")] = share.numpy()
-        out[(key, "separability", "some")] = share.numpy()
+        if exp_r is not None:
+            exp_k = _exponents(results, key, counts)
+            out[(key, "vanishing", "exponent")] = exp_k.numpy()
+            out[(key, "vanishing", "gain")] = (exp_k - exp_r).numpy()
+        if crit_r is not None:
+            # no critical N on the grid counts as twice the largest N (a lower bound), as the verdict does
+            crit_k = np.where(np.isnan(c := _critical(results, key, counts, alpha)), 2.0 * max(grid), c)
+            out[(key, "distance", "later")] = np.log2(crit_k / crit_r)
+        if sep_r is not None:
+            sep_k = _separability(results, key, counts)[:, start:]
+            share = ((sep_k >= sep_r + margin).to(torch.float64).mean(-1) if sep_k.shape[-1]
+                     else torch.full((counts.shape[0],), math.nan, dtype=torch.float64))
+            out[(key, "separability", "every")] = share.numpy()
+            out[(key, "separability", "some")] = share.numpy()
     return out
+
+
+def window_criteria(results, keys: Sequence[str], yardsticks: Sequence[str], reference: str = "softmax", *,
+                    alpha: float = 0.01, margin: float = 0.02, knee: int = 16, resamples: int = RESAMPLES,
+                    seed: int = SEED) -> tuple[dict, dict]:
+    """The criteria of the window ``yardsticks`` for the normalisers ``keys``, with their
+    intervals, from ``results`` that may hold only those yardsticks' statistics (and
+    ``reference``'s): what :func:`yardstick_verdict` and :func:`yardstick_intervals` give for them,
+    without measuring the other yardsticks. Returns ``(values, intervals)``, each
+    ``{key: {yardstick: {criterion: ...}}}``: the value on all windows (NaN where it cannot be
+    graded) and its percentile interval over the windows (widened to the value; none with fewer
+    than 2 windows or where every resample is NaN)."""
+    unknown = sorted(set(yardsticks) - set(WINDOW_YARDSTICKS))
+    if unknown:
+        raise ValueError(f"unknown window yardstick(s) {unknown}; choose from {list(WINDOW_YARDSTICKS)}")
+    options = dict(alpha=alpha, margin=margin, knee=knee, yardsticks=yardsticks)
+    ones = torch.ones(1, results.windows, dtype=torch.float64)
+    whole = {k: float(v[0]) for k, v in yardstick_window_values(results, keys, ones, reference, **options).items()}
+    values: dict = {key: {y: {} for y in yardsticks} for key in keys}
+    intervals: dict = {key: {y: {} for y in yardsticks} for key in keys}
+    for (key, y, c), v in whole.items():
+        values[key][y][c] = v
+    if results.windows >= 2:
+        found = B.bootstrap_counts(
+            results.windows, lambda counts: yardstick_window_values(results, keys, counts, reference, **options),
+            whole, resamples=resamples, seed=seed)
+        for (key, y, c), interval in found.items():
+            intervals[key][y][c] = interval
+    return values, intervals
 
 
 def _gradient_intervals(results, keys: Sequence[str], reference: str, factor: float,
