@@ -166,6 +166,29 @@ def test_zero_weights_and_radius():
     assert math.isclose(float(res.radius[b, t, 2]), r, rel_tol=1e-9)
 
 
+def test_zero_weight_selected_keys_are_decided_without_the_direct_refinement(monkeypatch):
+    """Sparse rows (most visible weights exactly 0, as sparsemax's), with N beyond the support: the
+    selected keys of weight 0 tie exactly with the non-selected ones (f = 0 on both sides) and are
+    outside; they are decided from the expansion, no problem goes to the direct differences, and
+    the fractions are the loop reference's."""
+    gen = torch.Generator().manual_seed(11)
+    length, dim = 40, 8
+    logits = 3.0 * torch.randn(3, length, length, generator=gen, dtype=torch.float64)
+    weights = causal_softmax(logits)
+    weights = torch.where(weights >= weights.topk(3, -1).values[..., -1:], weights, 0.0)
+    weights = weights / weights.sum(-1, keepdim=True)     # at most 3 keys of positive weight
+    vectors = torch.randn(3, length, dim, generator=gen, dtype=torch.float64)
+    grid = [1, 2, 4, 8, 16]
+    solved = []
+    original = S._direct_problems
+    monkeypatch.setattr(S, "_direct_problems", lambda a, *rest: solved.append(a.shape[0]) or original(a, *rest))
+    res = S.geometric_separability(weights, vectors, grid)
+    assert solved == [], "zero-weight ties were sent to the direct refinement"
+    ref = reference_fraction(weights, vectors, list(range(length)), grid)
+    assert torch.equal(res.fraction.nan_to_num(-1), ref.nan_to_num(-1))
+    assert float(res.fraction[..., -1].nan_to_num(0).max()) <= 3 / 16    # only positive weights can be inside
+
+
 def test_float32_agrees_except_near_ties():
     weights, vectors = random_problem(7, batch=4, length=64, dim=8)
     grid = [2, 4, 8, 16]

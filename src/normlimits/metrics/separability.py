@@ -524,7 +524,12 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
             slack = _expansion_error(dim if not use_gram else max(dim, k_max), dtype) * scale
             delicate = r2 < scale * GRAM_FLOOR
             if refine_ties:
-                delicate |= (((f_top - min_f[..., None]).abs() <= slack[..., None]) & keep).any(-1)
+                # a selected key of weight 0 is decided without rounding: its f is exactly 0, and
+                # so is that of the key ranked N (weight 0 too: the ranks are by weight, which is
+                # >= 0, and a defined row has one), so min f <= 0 exactly and the key is outside
+                # (the sparse normalisers' rows, softmax's at low T, hold many such keys)
+                near = ((f_top - min_f[..., None]).abs() <= slack[..., None]) & keep
+                delicate |= (near & (vals != 0)[:, :, None, :]).any(-1)
             delicate &= defined
             if bool(delicate.any()):
                 pb, pr, pg = delicate.nonzero(as_tuple=True)
