@@ -95,6 +95,22 @@ def test_bounds_hold_by_monte_carlo(raw, normalise, dim, m, r_frac, seed):
     assert float(b.upper) <= float(b.upper_exponential) + 1e-12
 
 
+def test_a_radius_on_an_atom_of_x_is_not_sure_by_rounding():
+    """Two selected tokens: X_1 = alpha_2 M and X_2 = alpha_1 M exactly (no spread). With r equal to
+    that value (up to rounding: hypothesis found r = 0.5 M (alpha_1 + alpha_2) for alpha = 0.75,
+    0.75) no token is inside (X_i < r is false), so the lower bound must be 0, not 1 from a
+    rounded Cantelli gap; the Monte Carlo agrees."""
+    a = sorted_weights([0.75, 0.75], False)
+    m = 1.7453747976929481
+    r = 0.5 * m * float(a.sum())
+    b = B.theorem2_bounds(a, [2], r, sphere_radius=m, dim=2)
+    mc = MC.monte_carlo_fraction(a, r, 2, n_samples=6000, sphere_radius=m, seed=0)
+    assert float(b.lower) - (5 * mc.stderr + 2e-3) <= mc.mean <= float(b.upper) + 5 * mc.stderr + 2e-3
+    assert float(b.lower) <= 1e-12 and float(b.upper) == 1.0     # Markov: 1 - xi^2/r^2, 0 up to rounding
+    # away from the atom the bounds are sure again: r above alpha M holds both tokens
+    assert float(B.theorem2_bounds(a, [2], 1.01 * r, sphere_radius=m, dim=2).lower) == 1.0
+
+
 @settings(max_examples=40, deadline=None)
 @given(raw=WEIGHTS, dim=st.integers(1, 64), m=st.floats(0.1, 5.0), r=st.floats(1e-3, 5.0))
 def test_lower_never_exceeds_upper(raw, dim, m, r):

@@ -94,8 +94,13 @@ def _terms_one_n(n: int, powers, totals, r: Tensor, m: float, dim: int, dl: Tens
                            torch.zeros_like(q_o))
     var = (2.0 * m**4 / dim) * (q_o * q_o - p_o).clamp_min(0.0)  # Var X_i^2
 
+    # a gap within the rounding of r^2 and xi^2 counts as none: where X_i^2 has no spread (two
+    # selected tokens, v = 0) and r^2 = E X_i^2 exactly, a rounded gap of either sign would make
+    # Cantelli's bound 0 for an event of probability 1
+    resolution = 8.0 * torch.finfo(q_o.dtype).eps * (r2 + xi2)
+
     def cantelli(gap2):  # v / (v + gap^2) for gap > 0, else 1
-        return torch.where(gap2 > 0, var / (var + gap2 * gap2).clamp_min(1e-300), ones)
+        return torch.where(gap2 > resolution, var / (var + gap2 * gap2).clamp_min(1e-300), ones)
 
     markov = (xi2 / r2).clamp(max=1.0)
     miss = torch.minimum(markov, cantelli(r2 - xi2))  # bounds on P(X_i >= r)
