@@ -63,6 +63,7 @@ __all__ = [
     "WINDOW_YARDSTICKS",
     "WINDOW_STATISTICS",
     "JACOBIAN_STATISTICS",
+    "check_window_yardsticks",
     "measure_window",
     "measure",
     "critical_scale",
@@ -206,6 +207,13 @@ WINDOW_STATISTICS = {"vanishing": ("max_weight", "entropy", "entropy_ratio", "ma
                      "separability": ("separability",)}
 
 
+def check_window_yardsticks(yardsticks: Sequence[str]) -> None:
+    """ValueError naming the choices unless every entry of ``yardsticks`` is a window yardstick."""
+    unknown = sorted(set(yardsticks) - set(WINDOW_YARDSTICKS))
+    if unknown:
+        raise ValueError(f"unknown window yardstick(s) {unknown}; choose from {list(WINDOW_YARDSTICKS)}")
+
+
 def measure_window(capture, normalizers: Sequence[str | Normalizer], config: YardstickConfig,
                    *, gradient: bool | Sequence[str] = True,
                    yardsticks: Sequence[str] = WINDOW_YARDSTICKS) -> dict[str, dict[str, Tensor]]:
@@ -231,9 +239,7 @@ def measure_window(capture, normalizers: Sequence[str | Normalizer], config: Yar
     statistics; the others are not computed, e.g. only the vanishing rows L-1 when only a
     vanishing criterion is wanted).
     """
-    unknown = sorted(set(yardsticks) - set(WINDOW_YARDSTICKS))
-    if unknown:
-        raise ValueError(f"unknown window yardstick(s) {unknown}; choose from {list(WINDOW_YARDSTICKS)}")
+    check_window_yardsticks(yardsticks)
     window = capture.values.shape[-2]
     _check_config(config, window)
     lengths = torch.tensor(config.lengths)

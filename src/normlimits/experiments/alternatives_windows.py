@@ -44,10 +44,12 @@ from normlimits.core.fits import loglog_fit
 from normlimits.metrics.critical_n import resampled_critical_n
 # the statistics measured on the first ``jacobian_windows`` windows only, and the yardsticks whose
 # criteria are computed from the counts of every window
-from normlimits.experiments.alternatives import JACOBIAN_STATISTICS, WINDOW_YARDSTICKS
+from normlimits.experiments.alternatives import (JACOBIAN_STATISTICS, WINDOW_YARDSTICKS,
+                                                 check_window_yardsticks)
 
 __all__ = ["JACOBIAN_STATISTICS", "WINDOW_YARDSTICKS", "yardstick_window_values", "yardstick_intervals",
            "window_criteria", "largest_weight_interval", "interval_sentence"]
+
 
 def _head_curves(results, key: str, name: str, counts: Tensor) -> Tensor:
     """[r, heads, G]: per resample, per (layer, head), the drawn windows' mean curve."""
@@ -116,9 +118,7 @@ def window_criteria(results, keys: Sequence[str], yardsticks: Sequence[str], ref
     ``{key: {yardstick: {criterion: ...}}}``: the value on all windows (NaN where it cannot be
     graded) and its percentile interval over the windows (widened to the value; none with fewer
     than 2 windows or where every resample is NaN)."""
-    unknown = sorted(set(yardsticks) - set(WINDOW_YARDSTICKS))
-    if unknown:
-        raise ValueError(f"unknown window yardstick(s) {unknown}; choose from {list(WINDOW_YARDSTICKS)}")
+    check_window_yardsticks(yardsticks)
     options = dict(alpha=alpha, margin=margin, knee=knee, yardsticks=yardsticks)
     ones = torch.ones(1, results.windows, dtype=torch.float64)
     whole = {k: float(v[0]) for k, v in yardstick_window_values(results, keys, ones, reference, **options).items()}
@@ -126,13 +126,23 @@ def window_criteria(results, keys: Sequence[str], yardsticks: Sequence[str], ref
     intervals: dict = {key: {y: {} for y in yardsticks} for key in keys}
     for (key, y, c), v in whole.items():
         values[key][y][c] = v
-    if results.windows >= 2:
-        found = B.bootstrap_counts(
-            results.windows, lambda counts: yardstick_window_values(results, keys, counts, reference, **options),
-            whole, resamples=resamples, seed=seed)
-        for (key, y, c), interval in found.items():
-            intervals[key][y][c] = interval
+    for (key, y, c), interval in _window_intervals(results, keys, whole, reference, options,
+                                                   resamples, seed).items():
+        intervals[key][y][c] = interval
     return values, intervals
+
+
+def _window_intervals(results, keys: Sequence[str], estimates: dict, reference: str, options: dict,
+                      resamples: int, seed: int) -> dict:
+    """``{(key, yardstick, criterion): Interval}`` over the windows for the criteria of
+    ``estimates`` (each one's value on all windows, to which its interval is widened), each
+    resample's values from :func:`yardstick_window_values` with ``options``; empty with fewer than
+    2 windows."""
+    if results.windows < 2:
+        return {}
+    return B.bootstrap_counts(
+        results.windows, lambda counts: yardstick_window_values(results, keys, counts, reference, **options),
+        estimates, resamples=resamples, seed=seed)
 
 
 def _gradient_intervals(results, keys: Sequence[str], reference: str, factor: float,
@@ -170,17 +180,12 @@ def yardstick_intervals(results, verdicts: dict, reference: str = "softmax", *, 
     (fewer than 2 windows; the gradient yardstick with fewer than 2 Jacobian windows)."""
     keys = list(verdicts)
     out: dict = {key: {y: {} for y in (*WINDOW_YARDSTICKS, "gradient")} for key in keys}
-    if results.windows >= 2:
-        estimates = {(key, y, c): v.values[y][c] for key, v in verdicts.items()
-                     for y in WINDOW_YARDSTICKS if v.reason.get(y) is None for c in v.values[y]}
-        found = B.bootstrap_counts(
-            results.windows,
-            lambda counts: {k: v for k, v in yardstick_window_values(results, keys, counts, reference, alpha=alpha,
-                                                                     margin=margin, knee=knee).items()
-                            if k in estimates},
-            estimates, resamples=resamples, seed=seed)
-        for (key, y, c), interval in found.items():
-            out[key][y][c] = interval
+    estimates = {(key, y, c): v.values[y][c] for key, v in verdicts.items()
+                 for y in WINDOW_YARDSTICKS if v.reason.get(y) is None for c in v.values[y]}
+    for (key, y, c), interval in _window_intervals(results, keys, estimates, reference,
+                                                   dict(alpha=alpha, margin=margin, knee=knee),
+                                                   resamples, seed).items():
+        out[key][y][c] = interval
     graded = [key for key, v in verdicts.items() if v.reason.get("gradient") is None]
     for key, ivs in _gradient_intervals(results, graded, reference, factor, resamples, seed).items():
         out[key]["gradient"] = ivs
