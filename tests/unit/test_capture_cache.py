@@ -150,3 +150,45 @@ def test_dropped_together_with_the_execution_cache(tmp_path):
     assert reason and not (build / cc.BUILD_SUBDIR).exists()
     env = {"NORMLIMITS_MODEL": "standin", cc.CAPTURE_CACHE_ENV: "/elsewhere"}
     assert execution_cache.inputs(env)["settings"] == {"NORMLIMITS_MODEL": "standin"}
+
+
+def test_kv_repeat_finds_the_largest_exact_group_of_equal_neighbouring_heads():
+    g = torch.Generator().manual_seed(0)
+    kv = torch.randn(2, 3, 5, 4, generator=g)                       # [layers, KV, L, d]
+    grouped = kv.repeat_interleave(4, dim=-3)                         # 12 query heads
+    assert cc.kv_repeat(grouped, grouped.clone()) == 4
+    assert cc.kv_repeat(kv, kv) == 1, "distinct heads: no group"
+    tiled = kv.repeat(1, 2, 1, 1)                                     # heads 0,1,2,0,1,2: not neighbours
+    assert cc.kv_repeat(tiled, tiled) == 1
+    nudged = grouped.clone()
+    nudged[1, 5, 2, 3] = torch.nextafter(nudged[1, 5, 2, 3], torch.tensor(9.0))
+    assert cc.kv_repeat(nudged, grouped) == 1, "one bit off in head 5: no group holds"
+    nudged[1, 4, 2, 3] = nudged[1, 5, 2, 3]
+    assert cc.kv_repeat(nudged, grouped) == 2, "heads 4 and 5 now differ from 6 and 7 alike"
+    assert cc.kv_repeat(grouped, kv.repeat_interleave(2, dim=-3).repeat_interleave(2, dim=-3)) == 4
+    assert cc.kv_repeat(grouped, torch.randn(2, 12, 5, 4, generator=g)) == 1, "values decide too"
+
+
+def test_grouped_query_captures_are_stored_once_per_group_and_served_bit_for_bit(cache_dir, passes):
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from normlimits.model.pretrained import LoadedModel, byte_encode
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=257, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, max_position_embeddings=64,
+                                         attn_implementation="eager")).eval()
+    loaded = LoadedModel(model=model, name="tiny-llama", source="test", encode=byte_encode,
+                         tokenizer_kind="bytes", is_paper_model=False)
+    corpus = _corpus()
+    first = list(cached_captures(loaded, corpus, 32, 2))
+    again = list(cached_captures(loaded, corpus, 32, 2))
+    fresh = list(iter_captures(loaded, token_windows(loaded, corpus, 32, 2)))
+    assert len(passes) == 2, "the second reading came from the cache"
+    assert all(_same(a, b) and _same(a, c) for a, b, c in zip(first, again, fresh))
+    assert again[0].keys.shape[-3] == 4 and again[0].keys.is_contiguous()
+    stored = load_file(next(cache_dir.glob("*/window-0000.safetensors")))
+    assert stored["keys"].shape[-3] == stored["values"].shape[-3] == 2
+    assert int(stored["kv_repeat"]) == 2 and stored["queries"].shape[-3] == 4
