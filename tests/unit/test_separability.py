@@ -189,6 +189,82 @@ def test_zero_weight_selected_keys_are_decided_without_the_direct_refinement(mon
     assert float(res.fraction[..., -1].nan_to_num(0).max()) <= 3 / 16    # only positive weights can be inside
 
 
+def test_the_many_digit_reference_agrees_with_float64_distances_on_ordinary_weights():
+    """With weights near 1/L neither rounding decides anything: the 40-digit reference and the
+    float64 loop give the same N_s/N on every (row, N), and the vectorised path too; selected keys
+    exactly on the boundary (as far from s as the nearest non-selected key) are outside in all three."""
+    weights, vectors = random_problem(5, batch=2, length=16, dim=3)
+    grid = [1, 2, 4, 8]
+    exact = S.reference_fraction(weights, vectors, range(16), grid, digits=40)
+    assert torch.equal(exact.nan_to_num(-1), S.reference_fraction(weights, vectors, range(16), grid).nan_to_num(-1))
+    assert torch.equal(exact.nan_to_num(-1), S.geometric_separability(weights, vectors, grid).fraction.nan_to_num(-1))
+    # weights 0.5, 0.25, 0.25; N = 2 selects keys 0 and 1 (the tie at 0.25 to the earlier key):
+    # s = (0.5, 0.5), both selected keys at distance 0.5, the non-selected 0.25 x_2 - s = (0.5, 0)
+    w = torch.tensor([[[0.5, 0.25, 0.25]]], dtype=torch.float64)
+    x = torch.tensor([[[1.0, 0.0], [0.0, 2.0], [4.0, 2.0]]], dtype=torch.float64)
+    for last, expected in ((2.0, 0.0), (2.5, 1.0)):         # on the boundary (strict: outside), beyond
+        x[0, 2, 1] = last
+        for got in (S.reference_fraction(w, x, [2], [2], digits=30), S.reference_fraction(w, x, [2], [2]),
+                    S.geometric_separability(w, x, [2], rows=[2]).fraction):
+            assert float(got.reshape(-1)[0]) == expected, (last, got)
+
+
+def test_tiny_weights_are_decided_exactly_from_the_expansion(monkeypatch):
+    """Stick-breaking rows whose weights fall to 1e-227: float64 distances round every tiny-weight
+    key's ||alpha x - s|| to ||s||, so the direct differences (and the float64 loop) decide those
+    ties by rounding. The expansion's f = alpha (alpha ||x||^2 - 2 <x, s>) keeps them, and its
+    error bound per key (proportional to alpha) certifies them: every (row, N) problem equals the
+    120-digit reference, with no problem sent to the direct differences."""
+    from normlimits.metrics.normalizers import NORMALIZERS
+
+    gen = torch.Generator().manual_seed(3)
+    length = 40
+    logits = 25.0 * torch.randn(3, length, length, generator=gen, dtype=torch.float64)
+    hidden = torch.arange(length)[None, :] > torch.arange(length)[:, None]
+    weights = NORMALIZERS["stickbreaking"](logits.masked_fill(hidden, float("-inf")))
+    assert 0 < float(weights[weights > 0].min()) < 1e-200
+    vectors = torch.randn(3, length, 3, generator=gen, dtype=torch.float64)
+    grid = [1, 2, 4, 8, 16]
+    solved = []
+    original = S._direct_problems
+    monkeypatch.setattr(S, "_direct_problems", lambda a, *rest: solved.append(a.shape[0]) or original(a, *rest))
+    res = S.geometric_separability(weights, vectors, grid)
+    exact = S.reference_fraction(weights, vectors, list(range(length)), grid, digits=120)
+    assert torch.equal(res.fraction.nan_to_num(-1), exact.nan_to_num(-1))
+    assert solved == []
+    rounded = reference_fraction(weights, vectors, list(range(length)), grid)
+    assert int((rounded.nan_to_num(-1) != exact.nan_to_num(-1)).sum()) > 100, \
+        "the float64 loop no longer errs here: the case does not test tiny weights"
+
+
+def test_near_ties_of_ordinary_weights_still_go_to_the_direct_differences(monkeypatch):
+    """A non-selected key placed at the selected key's distance from s up to a few units of
+    rounding (its y the mirror image of the selected y through s), with weights near 1/L: the
+    per-key slack does not call that tie decided, and the problem goes to the direct differences
+    (with no slack at all it would be decided from the expansion: checked when this was written)."""
+    gen = torch.Generator().manual_seed(8)
+    length, dim, n = 12, 4, 3
+    weights = causal_softmax(0.3 * torch.randn(1, length, length, generator=gen, dtype=torch.float64))
+    vectors = torch.randn(1, length, dim, generator=gen, dtype=torch.float64)
+    t = length - 1
+    w = weights[0, t]
+    order = sorted(range(length), key=lambda j: (-float(w[j]), j))
+    s = sum(w[i] * vectors[0, i] for i in order[:n])
+    inner, mirror = order[0], order[n]
+    target = float((w[inner] * vectors[0, inner] - s).norm())
+    for j in order[n + 1:]:                         # every other non-selected y at twice that from s
+        away = vectors[0, j] / vectors[0, j].norm()
+        vectors[0, j] = (s + 2.0 * target * away) / w[j]
+    flip = torch.tensor([-1.0] + [1.0] * (dim - 1), dtype=torch.float64)
+    # the mirror image, moved off the exact tie by a relative 1e-15 (a few units of f's rounding)
+    vectors[0, mirror] = (s + flip * (w[inner] * vectors[0, inner] - s)) / w[mirror] * (1 + 1e-15)
+    solved = []
+    original = S._direct_problems
+    monkeypatch.setattr(S, "_direct_problems", lambda a, *rest: solved.append(a.shape[0]) or original(a, *rest))
+    S.geometric_separability(weights[:, t:], vectors, [n], rows=[t])
+    assert solved == [1], "a tie within rounding of ordinary weights was decided from the expansion"
+
+
 def test_float32_agrees_except_near_ties():
     weights, vectors = random_problem(7, batch=4, length=64, dim=8)
     grid = [2, 4, 8, 16]

@@ -125,6 +125,14 @@ def test_temperatures():
     assert sw.underflow[0.5] == 0.0
     cold = SW.separability_sweep(caps, GRID, temperatures=(1e-4,), temperature_rows=rows)
     assert cold.underflow[1e-4] > 0.5  # at T = 1e-4 the 8th weight underflows in float64
+    assert sw.below_float32[0.5] == 0.0 and cold.below_float32[1e-4] >= cold.underflow[1e-4]
+    for temp in (0.05, 0.02):               # the 8th weight of each (layer, head, row) from the logits
+        share = SW.separability_sweep(caps, GRID, temperatures=(temp,), temperature_rows=rows).below_float32[temp]
+        kth = torch.cat([SW.layer_weights(caps[0], layer, torch.tensor(rows), temperature=temp,
+                                          dtype=torch.float64).topk(GRID[-1], -1).values[..., -1]
+                         for layer in range(2)])
+        assert share == float((kth < 2.0 ** -126).double().mean()), temp
+    assert 0 < share < 1, "the case does not separate the two sides of float32's range"
 
 
 def test_sweep_errors():

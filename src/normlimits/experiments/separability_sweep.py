@@ -163,7 +163,9 @@ class SeparabilitySweep:
       ``log(t + 1)`` (1 = uniform over the visible keys);
     - ``temperature[T]``: N_s/N of ``values`` at softmax temperature T (rows
       ``temperature_rows``), ``underflow[T]``: the share of those rows whose K-th largest
-      weight (K = max N) is exactly 0 (float64 below T = 1, else the capture's dtype);
+      weight (K = max N) is exactly 0 (float64 below T = 1, else the capture's dtype), and
+      ``below_float32[T]`` the share whose K-th weight is below float32's smallest normal number
+      (2^-126, about 1.2e-38: a weight a float32 model would not hold at full precision, or at all);
     - ``sharing``: for ``values``, the per-head means of :class:`~normlimits.metrics.multihead.HeadSharing`
       (``own``, ``other_rate``, ``selecting``, ``coverage_<H>``, ``null_<H>`` for each H of
       ``head_sets``); ``rank_hits`` [layers, heads, G, K] and ``rank_rows`` [G] summed over windows;
@@ -193,6 +195,7 @@ class SeparabilitySweep:
     entropy: Tensor | None = None
     temperature: dict = field(default_factory=dict)
     underflow: dict = field(default_factory=dict)
+    below_float32: dict = field(default_factory=dict)
     sharing: dict = field(default_factory=dict)
     head_sets: tuple = ()
     rank_hits: Tensor | None = None
@@ -217,7 +220,7 @@ class SeparabilitySweep:
                                 rows=self.rows, sure_violations=self.sure_violations,
                                 rows_checked=self.rows_checked, head_sets=self.head_sets,
                                 rank_hits=self.rank_hits, rank_rows=self.rank_rows,
-                                underflow=self.underflow,
+                                underflow=self.underflow, below_float32=self.below_float32,
                                 delta={k: v[index] for k, v in self.delta.items()},
                                 alignment={k: v[index] for k, v in self.alignment.items()})
         _fill_means(out, list(self.window_moments),
@@ -328,6 +331,7 @@ def separability_sweep(captures: Iterable, n_grid, *, kinds=("values",), rows=No
     violations = {k: 0 for k in kinds}
     checked = {k: 0 for k in kinds}
     underflow = {t: [0, 0] for t in temperatures}
+    below_float32 = {t: 0 for t in temperatures}
     rank_hits = rank_rows = None
     window_hits, window_rows = [], []
     sets_used: tuple = ()
@@ -432,7 +436,9 @@ def separability_sweep(captures: Iterable, n_grid, *, kinds=("values",), rows=No
                                              row_chunk=row_chunk)
                 moments.add(("temperature", temp), layer, n_layers, res.fraction)
                 deep = t_rows >= int(grid[-1])  # rows with a K-th largest weight
-                underflow[temp][0] += int((res.top_weights[:, deep, -1] == 0).sum())
+                kth = res.top_weights[:, deep, -1]
+                underflow[temp][0] += int((kth == 0).sum())
+                below_float32[temp] += int((kth < torch.finfo(torch.float32).tiny).sum())
                 underflow[temp][1] += int(deep.sum()) * n_heads
                 clock.tick("temperature")
         for key, parts in window_delta.items():
@@ -454,6 +460,8 @@ def separability_sweep(captures: Iterable, n_grid, *, kinds=("values",), rows=No
     for (name, kind), stacks in per_window.items():
         getattr(out, name)[kind] = torch.stack(stacks)  # [W, layers, H]
     out.underflow = {t: (a / b if b else float("nan")) for t, (a, b) in underflow.items()}
+    out.below_float32 = {t: (below_float32[t] / b if b else float("nan"))
+                         for t, (_, b) in underflow.items()}
     return out
 
 

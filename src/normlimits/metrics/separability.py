@@ -36,8 +36,15 @@ the grid:
   cancels exactly, so near-ties are decided without rounding the large term (single precision
   is enough), and the top-K keys' ``f`` is rounded exactly like every other key's (exact
   duplicates tie exactly);
-- where the expansion still cannot decide (a selected token's ``f`` within its error bound
-  ``4 (d + 4) u (||s||^2 + max_j ||alpha_j x_j||^2)`` of the minimum, or ``r^2`` below
+- each ``f_j``'s rounding error is proportional to its weight (about ``alpha_j ||x_j|| ||s||``
+  units, :func:`_tie_slack`), so a tie is undecided only within the error of the selected key's
+  ``f`` plus that of the minimum (whose weight is at most the N-th largest), and never more than
+  the scale-wide bound ``4 (d + 4) u (||s||^2 + max_j ||alpha_j x_j||^2)``. The result is N_s of
+  the float64 inputs taken exactly (checked against 120-digit arithmetic), not of float64's own
+  distances: those round ``||alpha_j x_j - s||`` to ``||s||`` for every key of weight below about
+  1e-16 of the rest (stick-breaking's rows fall to 1e-227), which decided such ties by rounding;
+- where the expansion still cannot decide (a selected token's ``f`` within that error bound
+  of the minimum, or ``r^2`` below
   ``2^-9`` of that scale: near-duplicate vectors), that (row, N) problem is solved again from
   direct differences in float64. Near-duplicates are re-solved whatever the inputs' dtype (the
   expansion's r is then all rounding, in float32 as in float64: a token repeated with nearly equal
@@ -528,7 +535,8 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
                 # so is that of the key ranked N (weight 0 too: the ranks are by weight, which is
                 # >= 0, and a defined row has one), so min f <= 0 exactly and the key is outside
                 # (the sparse normalisers' rows, softmax's at low T, hold many such keys)
-                near = ((f_top - min_f[..., None]).abs() <= slack[..., None]) & keep
+                near = ((f_top - min_f[..., None]).abs() <= _tie_slack(
+                    slack, vals, xx_top, xx, visible, s_bound, grid, dim + k_max, dtype)) & keep
                 delicate |= (near & (vals != 0)[:, :, None, :]).any(-1)
             delicate &= defined
             if bool(delicate.any()):
@@ -554,6 +562,33 @@ def _expansion_error(dim: int, dtype: torch.dtype) -> float:
     of the difference of two such values), in units of ``||s||^2 + max ||alpha_j x_j||^2``:
     ``4 (dim + 4) u`` for inner products of ``dim`` terms."""
     return 4.0 * (dim + 4) * torch.finfo(dtype).eps / 2
+
+
+def _tie_slack(slack: Tensor, vals: Tensor, xx_top: Tensor, xx: Tensor, visible: Tensor,
+               s_bound: Tensor, grid: Tensor, terms: int, dtype: torch.dtype) -> Tensor:
+    """How far a selected key's f may lie from min f and still be undecided: [Bg, Rc, G, K].
+
+    The error of a computed ``f_j = alpha_j (alpha_j ||x_j||^2 - 2 <x_j, s>)`` is proportional to
+    ``alpha_j``: the inner product with the computed ``s`` (its own error, and that of ``s``, a sum
+    of K weighted vectors, are both at most ``gamma ||x_j|| s_bound`` over ``terms = dim + K``
+    products) is scaled by ``alpha_j``, the rest is ``alpha_j^2 ||x_j||^2`` rounded. So with
+    ``e(w, n) = c (w n s_bound + w^2 n^2)``, ``c`` twice :func:`_expansion_error` over ``terms``,
+    the selected key i's f is off by at most ``e(alpha_i, ||x_i||)`` and min f by at most
+    ``e(alpha_(N), max ||x||)`` (every non-selected key has at most the weight ranked N and at most
+    the row's largest norm). Their sum, where it is below the scale-wide ``slack`` [Bg, Rc, G],
+    decides keys of tiny weight (stick-breaking's fall to 1e-250) that the scale-wide slack sent
+    to the direct differences, where float64 rounds every one of their distances to ||s||.
+    ``vals`` / ``xx_top`` [Bg, Rc, K] the top-K weights and squared norms, ``xx`` [Bg, Lc],
+    ``visible`` [Rc, Lc], ``s_bound`` [Bg, Rc, G]."""
+    k_max = vals.shape[-1]
+    unit = 2.0 * _expansion_error(terms, dtype)
+    own = vals * xx_top.sqrt()                                                  # [Bg, Rc, K]
+    ranked_n = vals.gather(-1, grid.clamp(max=k_max - 1).expand(*vals.shape[:-1], -1))   # [Bg, Rc, G]
+    largest = torch.where(visible, xx[:, None, :], torch.zeros((), dtype=xx.dtype)).amax(-1).sqrt()
+    other = (ranked_n * largest[..., None])[..., None]                          # [Bg, Rc, G, 1]
+    own = own[:, :, None, :]                                                    # [Bg, Rc, 1, K]
+    per_key = unit * ((own + other) * s_bound[..., None] + own * own + other * other)
+    return torch.minimum(per_key, slack[..., None])
 
 
 def _direct_problems(a: Tensor, vectors: Tensor, order: Tensor, visible: Tensor, n: Tensor,
@@ -597,15 +632,22 @@ def _pack(grid, rows, batch, fraction, radius, count, top_w, order, dist_mask) -
     return result
 
 
-def reference_fraction(weights: Tensor, vectors: Tensor, rows, n_grid, causal: bool = True) -> Tensor:
+def reference_fraction(weights: Tensor, vectors: Tensor, rows, n_grid, causal: bool = True,
+                       digits: int | None = None) -> Tensor:
     """The slow, obviously correct N_s/N: loops over batch, rows and N, sorting each row's keys by
     (-alpha, index) and measuring every distance directly (no expansion). ``weights`` [B, R, L],
     ``vectors`` [B or 1, L, d], ``rows`` the R query positions; returns float64 [B, R, G] (NaN
     where the row sees <= N keys). For tests and the chapter's check of
-    :func:`geometric_separability`."""
+    :func:`geometric_separability`.
+
+    ``digits`` None: the distances in float64 (they round ``||alpha_j x_j - s||`` to ``||s||`` for
+    weights below about 1e-16 of the rest). ``digits`` = n: in n-digit arithmetic (mpmath), the
+    float64 inputs taken exactly: N_s of the inputs themselves (slow: for a few hundred problems)."""
     b_count, _, length = weights.shape
     rows, grid = list(rows), list(n_grid)
     out = torch.full((b_count, len(rows), len(grid)), float("nan"), dtype=torch.float64)
+    if digits is not None:
+        return _reference_fraction_digits(weights, vectors, rows, grid, causal, digits, out)
     for b in range(b_count):
         x = (vectors[b] if vectors.shape[0] > 1 else vectors[0]).double()
         w = weights[b].double()
@@ -619,4 +661,33 @@ def reference_fraction(weights: Tensor, vectors: Tensor, rows, n_grid, causal: b
                 r = min(float(torch.linalg.norm(w[ri, j] * x[j] - s)) for j in order[n:])
                 inside = sum(float(torch.linalg.norm(w[ri, i] * x[i] - s)) < r for i in order[:n])
                 out[b, ri, g] = inside / n
+    return out
+
+
+def _reference_fraction_digits(weights: Tensor, vectors: Tensor, rows: list, grid: list,
+                               causal: bool, digits: int, out: Tensor) -> Tensor:
+    """:func:`reference_fraction` in ``digits``-digit arithmetic; squared distances compared
+    (the order of the distances), every sum exact to that precision (``mpmath.fsum``)."""
+    import mpmath
+
+    length = weights.shape[-1]
+    with mpmath.workdps(digits):
+        for b in range(weights.shape[0]):
+            xb = (vectors[b] if vectors.shape[0] > 1 else vectors[0]).double().tolist()
+            x = [[mpmath.mpf(v) for v in row] for row in xb]
+            for ri, t in enumerate(rows):
+                wr = weights[b, ri].double().tolist()
+                visible = list(range(t + 1)) if causal else list(range(length))
+                order = sorted(visible, key=lambda j: (-wr[j], j))
+                a = {j: mpmath.mpf(wr[j]) for j in visible}
+                for g, n in enumerate(grid):
+                    if len(visible) <= n:
+                        continue
+                    s = [mpmath.fsum(a[i] * x[i][c] for i in order[:n]) for c in range(len(x[0]))]
+
+                    def squared(j):
+                        return mpmath.fsum((a[j] * x[j][c] - s[c]) ** 2 for c in range(len(s)))
+
+                    r2 = min(squared(j) for j in order[n:])
+                    out[b, ri, g] = sum(squared(i) < r2 for i in order[:n]) / n
     return out
