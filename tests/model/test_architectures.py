@@ -187,3 +187,18 @@ def test_holds_reads_every_verdict():
 
     assert set(A.HOLDS) == set(VERDICTS)
     assert A.holds("refuted") == "does not hold" and A.holds("corrected") == "holds (corrected form)"
+
+
+def test_a_model_loaded_once_surveys_again_as_a_fresh_load_does(surveyed, folders):
+    """The chapter surveys its real model on three more texts with ``loader=lambda name: loaded``
+    (one load, not three): the rows equal those of a survey that loads the model itself, and a
+    second survey of the same instance gives them again (the audit leaves the model as it was)."""
+    name = str(folders["llama"])
+    loaded = A.load_surveyed(name)
+    fresh = next(r for r in surveyed if isinstance(r, A.Surveyed) and r.family == "llama")
+    calls = []
+    for _ in range(2):
+        (again,) = A.survey([name], CORPUS, 2, max_length=LENGTH,
+                            loader=lambda n: calls.append(n) or loaded)
+        assert isinstance(again, A.Surveyed) and again.rows() == fresh.rows()
+    assert calls == [name, name]

@@ -9,6 +9,7 @@ a cache of the test's own.
 from __future__ import annotations
 
 import os
+import json
 import shutil
 from pathlib import Path
 
@@ -101,9 +102,15 @@ def test_a_missing_wheel_is_an_error_with_the_install_remedy(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
+def converted_cache(tmp_path_factory):
+    """The cache folder of this module's own conversion (see ``converted``)."""
+    return tmp_path_factory.mktemp("gguf-cache")
+
+
+@pytest.fixture(scope="module")
+def converted(converted_cache):
     """The shipped file converted once into a cache of this module's own; yields the loaded model."""
-    cache = tmp_path_factory.mktemp("gguf-cache")
+    cache = converted_cache
     patch = pytest.MonkeyPatch()
     patch.setenv("NORMLIMITS_CACHE", str(cache))
     try:
@@ -203,3 +210,38 @@ def test_audit_runs_on_the_shipped_gguf_file_and_refuses_a_truncated_copy(conver
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "--model" in err and "cut.gguf" in err, err
     assert not (tmp_path / "out2" / "audit.json").exists()
+
+
+def test_a_converted_file_is_inspected_from_its_report_without_parsing_again(converted, converted_cache,
+                                                                            monkeypatch, tmp_path):
+    """Once these exact bytes are converted, inspect_gguf reads their header from the conversion's
+    report (the header parse takes seconds): the same GGUFInfo, no GGUFReader. Bytes that differ
+    (a copy with one byte changed) have another sha256 and are parsed and checked as before; so
+    is a report without the header's fields (written before they were recorded)."""
+    import gguf
+
+    monkeypatch.setenv("NORMLIMITS_CACHE", str(converted_cache))   # converted by this code
+    parsed = G._read_header(G.smollm2_path(), "test")
+    report = G.converted_dir(parsed) / G.REPORT_FILE
+    assert json.loads(report.read_text())["n_tensors"] == 272
+    reads = []
+    original = gguf.GGUFReader
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *a, **k: reads.append(a) or original(*a, **k))
+    fast = G.inspect_gguf(G.smollm2_path(), expected_sha256=G.SMOLLM2_SHA256)
+    assert fast == parsed and reads == []
+    altered = tmp_path / "altered.gguf"
+    shutil.copyfile(G.smollm2_path(), altered)
+    with open(altered, "r+b") as handle:
+        handle.seek(altered.stat().st_size - 10)
+        handle.write(b"\x00" if handle.read(1) != b"\x00" else b"\x01")
+    with pytest.raises(G.GGUFError, match="does not have the sha256 recorded"):
+        G.inspect_gguf(altered, expected_sha256=G.SMOLLM2_SHA256)
+    assert len(reads) == 1, "other bytes: the header is parsed again"
+    saved = report.read_text()
+    try:
+        older = json.loads(saved)
+        del older["n_tensors"]
+        report.write_text(json.dumps(older))
+        assert G.inspect_gguf(G.smollm2_path()) == parsed and len(reads) == 2
+    finally:
+        report.write_text(saved)

@@ -131,7 +131,10 @@ class Surveyed:
         return [row["id"] for row in self.rows() if row.get("resampling")]
 
 
-def _default_loader(name: str):
+def load_surveyed(name: str):
+    """The model ``name`` as :func:`survey` loads it by default (errors name
+    ``NORMLIMITS_ARCHITECTURES``); load it once and pass ``loader=lambda name: loaded`` to survey
+    it several times (other texts, other windows) without loading it again."""
     from normlimits.model.load import load_model
 
     return load_model(name, origin=ARCHITECTURES_ENV)
@@ -151,7 +154,7 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
     damaged folder) yields a :class:`Skipped` with the message."""
     from normlimits.audit.command import GLOBAL_SEED, model_label, run_audit
 
-    load = loader or _default_loader
+    load = loader or load_surveyed
     for name in names:
         start = time.perf_counter()
         try:

@@ -123,6 +123,38 @@ def inspect_gguf(path: Path, *, setting: str | None = None, origin: str = MODEL_
     if not path.is_file():
         raise GGUFError(f"{named}: no such GGUF file {path}. Point it at a .gguf file, or use "
                         f"{SMOLLM2}, gpt2 or standin.")
+    known = _inspected_before(path)
+    if known is not None:
+        info = known
+    else:
+        info = _read_header(path, named)
+    if expected_sha256 and info.sha256 != expected_sha256:
+        raise GGUFError(f"{named}: {path} does not have the sha256 recorded for it ({info.sha256} "
+                        f"instead of {expected_sha256}): the file is altered or damaged. Reinstall "
+                        f"it: {INSTALL_REMEDY}.")
+    return info
+
+
+def _inspected_before(path: Path) -> GGUFInfo | None:
+    """The header of ``path`` as its float32 conversion recorded it, when a conversion of exactly
+    these bytes (same sha256) by the same dequantiser exists: its header passed every check of
+    :func:`inspect_gguf` before it was converted, so parsing it again (about 3 s for SmolLM2's
+    49,152-token vocabulary) is skipped. None otherwise (the header is read)."""
+    sha = file_sha256(path)
+    report_path = cache_path("gguf", _key_of(sha)) / REPORT_FILE
+    try:
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        if report["gguf_sha256"] != sha or report["key"] != _key_of(sha):
+            return None
+        return GGUFInfo(path=path, architecture=str(report["architecture"]),
+                        quantisation=tuple(report["quantisation"]), n_tensors=int(report["n_tensors"]),
+                        sha256=sha, name=str(report["name"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None          # no conversion yet, an older report, or a damaged one: read the header
+
+
+def _read_header(path: Path, named: str) -> GGUFInfo:
+    """:func:`inspect_gguf`'s checks of the header itself (all but the expected sha256)."""
     try:
         from gguf import GGUFReader
     except ModuleNotFoundError:
@@ -156,19 +188,18 @@ def inspect_gguf(path: Path, *, setting: str | None = None, origin: str = MODEL_
         raise GGUFError(f"{named}: {path} stores tensors as {', '.join(unknown)}, a quantisation "
                         "type the gguf package cannot dequantise; convert the model to another type "
                         "(Q4_0, Q4_1, Q8_0, Q4_K, ... or F16).")
-    sha = file_sha256(path)
-    if expected_sha256 and sha != expected_sha256:
-        raise GGUFError(f"{named}: {path} does not have the sha256 recorded for it ({sha} instead "
-                        f"of {expected_sha256}): the file is altered or damaged. Reinstall it: "
-                        f"{INSTALL_REMEDY}.")
     return GGUFInfo(path=path, architecture=architecture, quantisation=types,
-                    n_tensors=n_tensors, sha256=sha, name=name)
+                    n_tensors=n_tensors, sha256=file_sha256(path), name=name)
 
 
 def conversion_key(info: GGUFInfo) -> dict:
     """Everything a converted folder depends on: the file's bytes and the dequantising code."""
+    return _key_of(info.sha256)
+
+
+def _key_of(sha256: str) -> dict:
     versions = {name: metadata.version(name) for name in ("transformers", "gguf")}
-    return {"gguf_sha256": info.sha256, "format": CONVERSION_FORMAT, **versions}
+    return {"gguf_sha256": sha256, "format": CONVERSION_FORMAT, **versions}
 
 
 def converted_dir(info: GGUFInfo) -> Path:
@@ -198,6 +229,7 @@ def convert_gguf(info: GGUFInfo, directory: Path) -> Path:
         files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         report = {"gguf_file": info.path.name, "gguf_sha256": info.sha256, "name": info.name,
                   "architecture": info.architecture, "quantisation": list(info.quantisation),
+                  "n_tensors": info.n_tensors,
                   "key": conversion_key(info), "files": files}
         (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
 
