@@ -192,3 +192,25 @@ def test_grouped_query_captures_are_stored_once_per_group_and_served_bit_for_bit
     stored = load_file(next(cache_dir.glob("*/window-0000.safetensors")))
     assert stored["keys"].shape[-3] == stored["values"].shape[-3] == 2
     assert int(stored["kv_repeat"]) == 2 and stored["queries"].shape[-3] == 4
+
+
+def test_a_new_entry_drops_the_entries_of_other_package_digests(tiny_loaded, cache_dir, monkeypatch, passes):
+    """Entries keyed by another package digest can never be served again: writing a new entry
+    deletes them. The current package's other entries, and folders without a readable key, stay;
+    reading an existing entry deletes nothing."""
+    corpus = _corpus()
+    monkeypatch.setattr(cc, "package_digest", lambda: "old")
+    list(cached_captures(tiny_loaded, corpus, 32, 2))
+    (old,) = list(cache_dir.iterdir())
+    foreign = cache_dir / "not-an-entry"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("kept")
+    monkeypatch.setattr(cc, "package_digest", lambda: "new")
+    list(cached_captures(tiny_loaded, corpus, 32, 1))
+    list(cached_captures(tiny_loaded, corpus, 32, 2))
+    assert not old.exists(), "the old package's entry is gone"
+    assert foreign.is_dir() and len([d for d in cache_dir.iterdir() if d != foreign]) == 2
+    assert len(passes) == 2 + 1 + 2
+    list(cached_captures(tiny_loaded, corpus, 32, 2))
+    assert len(passes) == 5 and len(list(cache_dir.iterdir())) == 3, "a reading prunes nothing"
+    assert cc.prune_other_packages(cache_dir / "missing", "new") == []

@@ -21,6 +21,12 @@ file altered since (same size, a block overwritten) is never served. A file that
 has no or another checksum, or whose ids or shapes do not match, is computed again and replaced,
 with a warning naming it.
 
+Stale entries: an entry keyed by another package digest can never be served again, so when an
+entry is written, the folder's entries of other package digests are deleted
+(:func:`prune_other_packages`; chapters run by hand, outside ``make book``, left one entry per
+commit, 21 GB on one machine). A folder shared by two versions of the package keeps the entries of
+the one that wrote last.
+
 Where: ``NORMLIMITS_CAPTURE_CACHE`` (a folder, or ``off``); unset, ``_build/captures`` of the book
 the current folder belongs to, which ``python -m normlimits.book.execution_cache`` (the first step of
 ``make book``) drops together with the executed chapters whenever the settings, the package or
@@ -201,6 +207,29 @@ def _load(path: Path, ids: Tensor, device: torch.device) -> WindowCapture | None
     return capture
 
 
+def prune_other_packages(root: Path, package: str) -> list[Path]:
+    """Delete the entries of ``root`` whose ``key.json`` names another ``package`` digest than
+    ``package``; returns the folders deleted. Folders without a readable key (another tool's, or
+    an entry whose key is being written) are left alone."""
+    import json
+    import shutil
+
+    removed = []
+    try:
+        entries = [d for d in root.iterdir() if d.is_dir()]
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            other = json.loads((entry / KEY_FILE).read_text(encoding="utf-8")).get("package")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(other, str) and other != package:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
 def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None,
           on_window: Callable[[int, bool], None] | None = None) -> Iterator[WindowCapture]:
     """One capture per row of ``windows`` [W, L]: loaded from ``folder`` when stored there,
@@ -209,6 +238,8 @@ def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None,
     ``folder`` (before the capture is yielded)."""
     writable = folder is not None
     if writable and key is not None:
+        if "package" in key and not (folder / KEY_FILE).is_file():   # a new entry: drop stale ones
+            prune_other_packages(folder.parent, key["package"])
         try:
             atomic_write_json(folder / KEY_FILE, key)
         except OSError as exc:
