@@ -135,3 +135,30 @@ def test_bernoulli_heads():
     assert torch.allclose(got, 1 - (1 - p.double()) ** 3, atol=0.005)
     with pytest.raises(ValueError):
         MH.bernoulli_heads(p, 0)
+    with pytest.raises(ValueError, match="chunk"):
+        MH.bernoulli_heads(p, 3, chunk=0)
+
+
+def _bernoulli_whole(p, heads, tokens, seed):
+    """The sampler drawn as one tensor: ``any`` of the heads' draws below p."""
+    gen = torch.Generator().manual_seed(seed)
+    p = torch.as_tensor(p, dtype=torch.float64)
+    draws = torch.rand((*p.shape, tokens, heads), generator=gen, dtype=torch.float64)
+    return (draws < p[..., None, None]).any(-1).double().mean(-1)
+
+
+@pytest.mark.parametrize("chunk", [1, 7 * 3, 1000, 50_000, 1 << 22])
+def test_bernoulli_heads_same_draws_in_any_chunks(chunk):
+    """Chunked into one buffer, the sampler gives the bits of drawing everything at once, whatever
+    the chunk (one entry of p per step, several, a step not dividing the entries, all at once),
+    NaN p included (never covered)."""
+    gen = torch.Generator().manual_seed(3)
+    p = torch.rand(3, 4, 5, generator=gen, dtype=torch.float64)
+    p[0, 0, 0], p[1, 2, 3], p[2, 3, 4] = 0.0, 1.0, float("nan")
+    for heads, tokens in ((3, 7), (12, 500)):
+        expected = _bernoulli_whole(p, heads, tokens, seed=5)
+        got = MH.bernoulli_heads(p, heads, tokens=tokens, seed=5, chunk=chunk)
+        assert got.shape == p.shape
+        assert torch.equal(got, expected)
+    assert float(MH.bernoulli_heads(p, 3, tokens=50, chunk=chunk)[0, 0, 0]) == 0.0
+    assert float(MH.bernoulli_heads(p, 3, tokens=50, chunk=chunk)[1, 2, 3]) == 1.0

