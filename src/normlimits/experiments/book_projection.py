@@ -38,25 +38,24 @@ class BuildRecord:
 #: The two builds the projection is fitted on (2 cores, 8 windows, the development machine;
 #: chapter seconds less one-time training, each with its stand-in replica where it has one).
 CALIBRATION: tuple[BuildRecord, BuildRecord] = (
-    BuildRecord("standin", bench_seconds=3.9,
-                chapters={"alternatives": 64.7, "architectures": 218.4, "cost": 15.7, "distances": 17.7,
-                          "gradients": 10.6, "separability": 22.1, "setup": 4.1, "standin": 2.1,
-                          "vanishing": 2.7},
+    BuildRecord("standin", bench_seconds=3.4,
+                chapters={"alternatives": 44.2, "architectures": 164.8, "cost": 6.7, "distances": 12.1,
+                          "gradients": 8.6, "separability": 18.0, "setup": 3.3, "standin": 1.9,
+                          "vanishing": 3.4},
                 note="strict build with NORMLIMITS_MODEL=standin from an empty execution cache, "
-                     "2026-12-04 19:29 UTC (commit 2b65192; 429 s wall; the architectures chapter's "
-                     "survey of SmolLM2-135M and the two stand-ins, 218 s, does not depend on the "
-                     "setting); bench loop on the stand-in 3.9 s right after"),
-    BuildRecord("gpt2-random", bench_seconds=43.8,
-                chapters={"alternatives": 989.5, "architectures": 317.5, "cost": 71.4, "distances": 283.1,
-                          "gradients": 79.0, "separability": 222.7, "setup": 28.8, "standin": 2.5,
-                          "vanishing": 22.1},
+                     "2026-12-05 01:32 UTC (commit 275f29b; 316 s wall; the architectures chapter's "
+                     "survey of SmolLM2-135M on four texts and of the two stand-ins, 165 s, does not "
+                     "depend on the setting); bench loop on the stand-in 3.4 s right after"),
+    BuildRecord("gpt2-random", bench_seconds=37.0,
+                chapters={"alternatives": 732.3, "architectures": 167.8, "cost": 46.4, "distances": 174.3,
+                          "gradients": 45.6, "separability": 136.5, "setup": 28.8, "standin": 1.8,
+                          "vanishing": 17.4},
                 note="strict build with NORMLIMITS_MODEL=gpt2-random from an empty execution cache, "
-                     "2026-12-04 18:49 UTC (commit 2b65192; 2166 s wall; the alternatives chapter's "
-                     "removal experiment 680.3 s on 8 windows, its 14-normaliser yardsticks 137.2 s, "
-                     "the 16-window measurement 23.1 s). Chapters whose code had not changed ran "
-                     "1.2-1.4x slower than in the build of 35c8be6 at 16:36 the same day (distances "
-                     "283 s against 211 s), so the machine was busier during this one; bench loop "
-                     "43.8 s right after (43.1 s in a second run)"),
+                     "2026-12-05 01:04 UTC on an idle machine (commit 275f29b; 1446 s wall; the "
+                     "alternatives chapter holds the removal experiment on 8 windows, about 42,000 "
+                     "forward tokens per window). Bench loop 37.0 s right after (32.6 s and 40.0 s in "
+                     "two more runs: the forward passes took 17.5, 13.5 and 20.4 s, the metrics "
+                     "19.5, 19.1 and 19.5 s)"),
 )
 
 
