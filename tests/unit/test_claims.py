@@ -238,3 +238,86 @@ def test_why_unresampled_is_given_only_to_a_graded_measured_row_without_interval
     assert claims.why_unresampled("NU", {"exponent": Interval(-1.1, -0.9, 8)}, None) is None
     assert claims.why_unresampled("NU", None, "no model here") is None
     assert claims.why_unresampled("C1S", None, None) is None        # checks only
+
+
+def _scoped_rule():
+    return Rule(criteria=(Criterion("regime", "share of rows in the claim's regime", ">=", 0.5,
+                                    kind="scope"),
+                          Criterion("exponent", "fitted exponent", "between", (-1.2, -0.8)),
+                          Criterion("level", "plateau level", "between", (0.7, 0.85))),
+                outcomes=(("all", "confirmed"), ("all:exponent", "partial"), ("else", "refuted")),
+                headline="exponent", text="confirmed when both hold; partial when the trend holds")
+
+
+def test_a_failed_scope_criterion_makes_the_verdict_not_testable_whatever_the_outcomes():
+    """Issue 47 item 5: data outside a claim's scope cannot refute (or confirm) it."""
+    rule = _scoped_rule()
+    assert rule.grade({"regime": 0.9, "exponent": -1.0, "level": 0.8}) == "confirmed"
+    assert rule.grade({"regime": 0.9, "exponent": -1.0, "level": 0.4}) == "partial"
+    assert rule.grade({"regime": 0.9, "exponent": 0.0, "level": 0.4}) == "refuted"
+    assert rule.grade({"regime": 0.0, "exponent": 0.0, "level": 0.4}) == "not testable"
+    assert rule.grade({"regime": 0.0, "exponent": -1.0, "level": 0.8}) == "not testable"
+    assert [c.key for c in rule.out_of_scope({"regime": 0.0, "exponent": 0.0, "level": 0.4})] == ["regime"]
+    assert rule.out_of_scope({"regime": 0.6, "exponent": 0.0, "level": 0.4}) == []
+    # a scope criterion takes an interval: straddling its threshold, a verdict it changes is open
+    values = {"regime": 0.55, "exponent": 0.0, "level": 0.4}
+    assert rule.grade(values, {"regime": (0.4, 0.7)}) == "inconclusive"
+    assert rule.possible_verdicts(values, {"regime": (0.4, 0.7)}) == {"refuted", "not testable"}
+    assert rule.grade(values, {"regime": (0.51, 0.7)}) == "refuted"
+    assert rule.grade(values, {"regime": (0.1, 0.3)}) == "not testable"
+
+
+def test_a_row_out_of_scope_says_why_from_its_scope_criterion(monkeypatch):
+    item = claims.Claim("XSCOPE", "vanishing", "Sec. 0", "a claim", "the paper's words", _scoped_rule())
+    monkeypatch.setitem(claims.REGISTRY, "XSCOPE", item)
+    row = claims.make_row("XSCOPE", {"regime": 0.0, "exponent": 0.0, "level": 0.4}, "measured x",
+                          chapter="vanishing", model="m")
+    assert row["verdict"] == "not testable"
+    assert row["reason"].startswith("outside the claim's scope: share of rows in the claim's regime is 0")
+    assert "≥ 0.5" in row["reason"]
+    given = claims.make_row("XSCOPE", {"regime": 0.0, "exponent": 0.0, "level": 0.4}, "measured x",
+                            chapter="vanishing", model="m", reason="no row reaches the regime")
+    assert given["reason"] == "no row reaches the regime"
+    with pytest.raises(ValueError, match="no value"):
+        claims.make_row("XSCOPE", {"regime": None, "exponent": 0.0, "level": 0.4}, "x",
+                        chapter="vanishing", model="m")
+    assert row["claim_kind"] == "paper" and row["about"] == "general"
+
+
+def test_claim_kind_and_about_take_only_their_registered_values():
+    with pytest.raises(ValueError, match="kind 'opinion'"):
+        claims.Claim("X", "vanishing", "s", "c", "p", _scoped_rule(), kind="opinion")
+    with pytest.raises(ValueError, match="about 'llama'"):
+        claims.Claim("X", "vanishing", "s", "c", "p", _scoped_rule(), about="llama")
+    assert {c.kind for c in claims.REGISTRY.values()} <= set(claims.CLAIM_KINDS)
+    assert {c.about for c in claims.REGISTRY.values()} <= set(claims.ABOUT)
+
+
+def test_a_claim_about_gpt2_cannot_be_refuted_off_gpt2():
+    """Issue 47 item 3: one policy for claims naming GPT-2's measurements, checked on the rule."""
+    paper_model = Criterion("paper_model", "1 on GPT-2 124M", "==", 1, kind="identity")
+    level = Criterion("level", "plateau level", "between", (0.7, 0.85))
+    good = Rule((level, paper_model), (("all:level", "confirmed"), ("all:paper_model", "refuted"),
+                                       ("else", "not reproduced")), "level", "t")
+    claims.check_gpt2_policy(claims.Claim("G", "vanishing", "s", "c", "p", good, about="gpt2"))
+    bad = Rule((level, paper_model), (("all:level", "confirmed"), ("else", "refuted")), "level", "t")
+    with pytest.raises(ValueError, match="gives 'refuted'"):
+        claims.check_gpt2_policy(claims.Claim("G", "vanishing", "s", "c", "p", bad, about="gpt2"))
+    without = Rule((level,), (("all", "confirmed"), ("else", "not reproduced")), "level", "t")
+    with pytest.raises(ValueError, match="no 'paper_model' criterion"):
+        claims.check_gpt2_policy(claims.Claim("G", "vanishing", "s", "c", "p", without, about="gpt2"))
+    claims.check_gpt2_policy(claims.Claim("G", "vanishing", "s", "c", "p", bad))   # general: no check
+    for item in claims.REGISTRY.values():
+        claims.check_gpt2_policy(item)
+
+
+def test_a_sensitivity_row_is_a_labelled_variant_and_says_so():
+    rule = claims.claim("NU").rule
+    values = {c.key: 0.0 for c in rule.criteria}
+    row = claims.make_row("NU", values, "x", chapter="architectures", model="m", variant="survey",
+                          sensitivity="one-window survey", unresampled="one window")
+    assert row["sensitivity"] == "one-window survey"
+    assert "Sensitivity row" in claims.Graded(row)._repr_html_()
+    with pytest.raises(ValueError, match="sensitivity"):
+        claims.make_row("NU", values, "x", chapter="a", model="m", sensitivity="survey",
+                        unresampled="one window")

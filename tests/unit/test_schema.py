@@ -37,9 +37,23 @@ def ledger_doc():
     return ledger.ledger_document(_rows_for_every_claim())
 
 
+def before_4_0(doc: dict) -> dict:
+    """``doc`` as a writer before 4.0 wrote it: no ``claim_kind``, ``about`` or ``sensitivity``."""
+    old = copy.deepcopy(doc)
+    for row in old["rows"]:
+        for name in ("claim_kind", "about", "sensitivity"):
+            row.pop(name, None)
+    return old
+
+
+def row_before_4_0(row: dict) -> dict:
+    """A row as a writer before 4.0 wrote it (:func:`before_4_0` for one row)."""
+    return {k: v for k, v in row.items() if k not in ("claim_kind", "about", "sensitivity")}
+
+
 def before_3_0(doc: dict) -> dict:
     """``doc`` as a writer before 3.0 wrote it: the criteria 3.0 calls checks were measurements."""
-    old = copy.deepcopy(doc)
+    old = before_4_0(doc)
     for row in old["rows"]:
         for c in row["criteria"]:
             if c["kind"] == "check":
@@ -238,7 +252,7 @@ def test_2_0_adds_inconclusive_and_the_intervals(ledger_doc):
     head = next(c for c in row["criteria"] if c["key"] == row["headline"])
     assert head["interval"] == [-1.2, -0.8] and head["decision"] in ("pass", "fail", "undecided")
     assert row["interval"] == [-1.2, -0.8] and row["resampling"]["unit"] == "window"
-    new = {**copy.deepcopy(ledger_doc), "schema_version": "2.0", "rows": [row]}
+    new = {**copy.deepcopy(ledger_doc), "schema_version": "2.0", "rows": [row_before_4_0(row)]}
     assert schema.problems(new, "ledger") == []
     old = {**copy.deepcopy(new), "schema_version": "1.2"}
     found = schema.problems(old, "ledger")
@@ -273,13 +287,13 @@ def test_2_1_adds_intervals_to_the_readings_entries_and_the_rows_corpus(ledger_d
                          intervals={reading.label: {"F2a": {"close": Interval(1.5, 2.5, 8)}}})
     row = claims.make_row("F2a", chapter="distances", model="m", **own.kwargs())
     assert row["readings"][0]["intervals"] == {"close": [1.5, 2.5]}
-    new = {**copy.deepcopy(ledger_doc), "schema_version": "2.1", "rows": [row]}
+    new = {**copy.deepcopy(ledger_doc), "schema_version": "2.1", "rows": [row_before_4_0(row)]}
     assert schema.problems(new, "ledger") == []
     old = {**copy.deepcopy(new), "schema_version": "2.0"}
     assert any("intervals" in p for p in schema.problems(old, "ledger"))
     elsewhere = claims.make_row("F2a", chapter="architectures", model="m", corpus="Moby-Dick",
                                 **{**own.kwargs(), "variant": "m on Moby-Dick"})
-    new = {**copy.deepcopy(ledger_doc), "schema_version": "2.1", "rows": [elsewhere]}
+    new = {**copy.deepcopy(ledger_doc), "schema_version": "2.1", "rows": [row_before_4_0(elsewhere)]}
     assert schema.problems(new, "ledger") == []
     assert any("corpus" in p for p in schema.problems({**new, "schema_version": "2.0"}, "ledger"))
 
@@ -291,11 +305,11 @@ def test_3_0_adds_the_check_kind_and_the_reason_a_row_has_no_interval(ledger_doc
     Both are refused by 2.1."""
     from normlimits.core.bootstrap import Interval
 
-    assert schema.SCHEMA_VERSION == "3.0" and "3.0" in schema.versions()
+    assert "3.0" in schema.versions()
     checks = claims.make_row("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "x",
                              chapter="vanishing", model="m")
     assert {c["kind"] for c in checks["criteria"]} == {"check"} and "resampling" not in checks
-    new = {**copy.deepcopy(ledger_doc), "schema_version": "3.0", "rows": [checks]}
+    new = {**copy.deepcopy(ledger_doc), "schema_version": "3.0", "rows": [row_before_4_0(checks)]}
     assert schema.problems(new, "ledger") == []
     assert any("kind" in p for p in schema.problems({**new, "schema_version": "2.1"}, "ledger"))
     with pytest.raises(ValueError, match="is an check|is a check|takes no interval"):
@@ -305,7 +319,7 @@ def test_3_0_adds_the_check_kind_and_the_reason_a_row_has_no_interval(ledger_doc
     values = {c.key: 0.0 for c in rule.criteria}
     alone = claims.make_row("NU", values, "x", chapter="architectures", model="m",
                             unresampled="one window: there is no unit to resample")
-    new = {**copy.deepcopy(ledger_doc), "schema_version": "3.0", "rows": [alone]}
+    new = {**copy.deepcopy(ledger_doc), "schema_version": "3.0", "rows": [row_before_4_0(alone)]}
     assert schema.problems(new, "ledger") == []
     assert any("unresampled" in p for p in schema.problems({**new, "schema_version": "2.1"}, "ledger"))
     assert "No interval:" in claims.Graded(alone)._repr_html_()
@@ -315,3 +329,28 @@ def test_3_0_adds_the_check_kind_and_the_reason_a_row_has_no_interval(ledger_doc
     with pytest.raises(ValueError, match="unresampled"):
         claims.make_row("NU", values, "x", chapter="a", model="m", unresampled="one window",
                         intervals={rule.headline: Interval(-1.0, 1.0, 8)})
+
+
+def test_4_0_adds_partial_scope_and_whose_claim_it_is(ledger_doc):
+    """4.0 (issue 47): the verdict ``partial`` and the criterion kind ``scope`` (new values in
+    closed lists, hence a major version) and the optional row fields ``claim_kind``, ``about`` and
+    ``sensitivity``; each refused by 3.0, and a 3.0 file stays valid under 3.0."""
+    assert schema.SCHEMA_VERSION == "4.0" and "4.0" in schema.versions()
+    assert {"claim_kind", "about"} <= set(ledger_doc["rows"][0])
+    assert schema.problems(ledger_doc, "ledger") == []
+    old = before_4_0(ledger_doc)
+    old["schema_version"] = "3.0"
+    assert schema.problems(old, "ledger") == []
+    assert any("claim_kind" in p for p in schema.problems({**ledger_doc, "schema_version": "3.0"}, "ledger"))
+    for field, bad in (("claim_kind", "opinion"), ("about", "llama")):
+        doc = copy.deepcopy(ledger_doc)
+        doc["rows"][0][field] = bad
+        assert any(p.startswith(f"rows[0].{field}") for p in schema.problems(doc, "ledger"))
+    doc = copy.deepcopy(ledger_doc)
+    doc["rows"][0]["verdict"] = "partial"
+    assert schema.problems(doc, "ledger") == [], "partial is a verdict of 4.0"
+    assert any("verdict" in p for p in schema.problems({**before_4_0(doc), "schema_version": "3.0"}, "ledger"))
+    doc = copy.deepcopy(ledger_doc)
+    doc["rows"][0]["criteria"][0]["kind"] = "scope"
+    assert schema.problems(doc, "ledger") == []
+    assert any("kind" in p for p in schema.problems({**before_4_0(doc), "schema_version": "3.0"}, "ledger"))

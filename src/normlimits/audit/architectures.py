@@ -49,7 +49,8 @@ ONLINE_MODELS = ("gpt2", "gpt2-medium", "EleutherAI/pythia-160m", "HuggingFaceTB
 YARDSTICK_CLAIMS = {"vanishing": ("NU", "C1"), "critical_n": ("F2c", "F2a"),
                     "separability": ("F3",), "jacobian": ("F4", "EPS")}
 #: a verdict read as "the paper's limit holds on this model" (in the paper's or a corrected form)
-HOLDS = {"confirmed": "holds", "corrected": "holds (corrected form)", "refuted": "does not hold",
+HOLDS = {"confirmed": "holds", "corrected": "holds (corrected form)", "partial": "holds in part",
+         "refuted": "does not hold",
          "not reproduced": "does not hold", "inconclusive": "undecided (interval straddles the rule)",
          "not testable": "not testable"}
 

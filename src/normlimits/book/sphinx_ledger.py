@@ -57,6 +57,7 @@ LEDGER_FILE = "ledger.json"
 VERDICT_WORDS = {
     "confirmed": ("holds as stated", "hold as stated"),
     "corrected": ("holds once corrected", "hold once corrected"),
+    "partial": ("holds in part", "hold in part"),
     "refuted": ("is refuted", "are refuted"),
     "not reproduced": ("was not reproduced", "were not reproduced"),
     "not testable": ("could not be tested in this build", "could not be tested in this build"),

@@ -25,11 +25,12 @@ from typing import Mapping, Sequence
 
 from normlimits.claims import ledger, rules
 from normlimits.core.markup import html_table, inline_html, with_interval
-from normlimits.claims.base import Claim
+from normlimits.claims.base import ABOUT, CLAIM_KINDS, Claim
 from normlimits.claims.rules import (
     KINDS, OPS, VERDICTS, Criterion, Rule, describe_outcomes, plain_text, regrade)
 
 __all__ = ["Claim", "Criterion", "Rule", "Graded", "REGISTRY", "VERDICTS", "OPS", "KINDS",
+           "CLAIM_KINDS", "ABOUT", "check_gpt2_policy", "scope_reason",
            "CHAPTER_MODULES", "claim", "expected_claims", "make_row", "record", "record_variant",
            "regrade", "plain_text", "describe_outcomes", "glue_key", "readings_words",
            "selection_words", "ONE_WINDOW", "why_unresampled", "narrowing_rows"]
@@ -55,7 +56,38 @@ def _collect() -> dict[str, Claim]:
     for item in registry.values():
         if item.premise and item.premise not in registry:
             raise ValueError(f"claim {item.id!r} names premise {item.premise!r}, which is not registered")
+        check_gpt2_policy(item)
     return registry
+
+
+#: the identity criterion a claim about GPT-2's measurements carries: 1 on the paper's GPT-2 124M
+PAPER_MODEL_KEY = "paper_model"
+
+
+def check_gpt2_policy(item: Claim) -> None:
+    """The one policy for claims that name GPT-2's measurements (``about="gpt2"``): graded on
+    another model they are "not reproduced", never "refuted". The rule must therefore carry the
+    identity criterion ``paper_model`` (``== 1``: measured on GPT-2 124M), and no pass/fail
+    assignment of its criteria with ``paper_model`` failing may give "refuted". A general claim
+    needs no such criterion. ValueError naming the claim and the assignment otherwise."""
+    if item.about != "gpt2":
+        return
+    rule = item.rule
+    keys = [c.key for c in rule.criteria]
+    if PAPER_MODEL_KEY not in keys:
+        raise ValueError(f"claim {item.id!r} is about GPT-2's measurements but its rule has no "
+                         f"{PAPER_MODEL_KEY!r} criterion: add one (identity, == 1) so that another "
+                         "model's data can give 'not reproduced' but never 'refuted'")
+    import itertools
+
+    others = [k for k in keys if k != PAPER_MODEL_KEY]
+    for bits in itertools.product((True, False), repeat=len(others)):
+        results = {**dict(zip(others, bits)), PAPER_MODEL_KEY: False}
+        if rule._verdict(results) == "refuted":
+            passing = [k for k, b in results.items() if b]
+            raise ValueError(f"claim {item.id!r} is about GPT-2's measurements, yet off GPT-2 its rule "
+                             f"gives 'refuted' when {passing or 'no criterion'} pass: only "
+                             "'not reproduced' may grade another model")
 
 
 #: every registered claim by id, in book order
@@ -153,6 +185,9 @@ class Graded:
             parts.append(f"<p><em>Scope:</em> {inline_html(row['scope'])}.</p>")
         if row.get("reason"):
             parts.append(f"<p><em>Not testable here:</em> {inline_html(row['reason'])}</p>")
+        if row.get("sensitivity"):
+            parts.append(f"<p><em>Sensitivity row</em> (not counted as the claim's verdict): "
+                         f"{inline_html(row['sensitivity'])}</p>")
         if row.get("unresampled"):
             parts.append(f"<p><em>No interval:</em> {inline_html(row['unresampled'])}</p>")
         if row.get("selection"):
@@ -169,12 +204,14 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
              model: str, variant: str | None = None, reason: str | None = None,
              reading: str | None = None, readings: list[dict] | None = None,
              selection: Mapping | None = None, intervals: Mapping | None = None,
-             corpus: str | None = None, unresampled: str | None = None) -> dict:
+             corpus: str | None = None, unresampled: str | None = None,
+             sensitivity: str | None = None) -> dict:
     """The ledger row of claim ``claim_id`` graded on ``values`` by its registered rule, validated
     (:func:`normlimits.claims.ledger.validate_row`) but not written anywhere.
 
     ``chapter``: who measured it (a chapter, or e.g. ``audit``); ``model``: the model the values
-    were measured on; the other arguments as in :func:`record`.
+    were measured on; the other arguments as in :func:`record`. A row that is not testable because
+    a scope criterion failed gets the reason from :func:`scope_reason` unless ``reason`` is given.
     """
     item = claim(claim_id)
     if not model:
@@ -184,15 +221,23 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
     graded = item.rule.to_row(values, intervals)
     if graded["verdict"] == "not testable" and not (reason and reason.strip()):
         missing = [c["key"] for c in graded["criteria"] if c["value"] is None]
-        raise ValueError(f"claim {claim_id}: criteria {missing} have no value; pass reason=... "
-                         "saying why they cannot be measured in this build")
+        if missing:
+            raise ValueError(f"claim {claim_id}: criteria {missing} have no value; pass reason=... "
+                             "saying why they cannot be measured in this build")
+        reason = scope_reason(item.rule, values, intervals)
     row = {"id": item.id, "chapter": chapter, "home": item.chapter, "section": item.section,
            "claim": item.claim, "claim_text": rules.plain_text(item.claim), "paper": item.paper,
            "paper_text": rules.plain_text(item.paper), "measured": measured,
            "measured_text": rules.plain_text(measured), "model": model, "scope": item.scope,
-           "premise": item.premise, "paper_value": item.paper_value, **graded}
+           "premise": item.premise, "paper_value": item.paper_value, "claim_kind": item.kind,
+           "about": item.about, **graded}
     if variant:
         row["variant"] = variant
+    if sensitivity is not None:
+        if not sensitivity.strip() or not variant:
+            raise ValueError(f"claim {claim_id}: sensitivity= says which protocol a labelled row "
+                             "varies (e.g. 'one-window survey'); give it a sentence and a variant")
+        row["sensitivity"] = sensitivity
     if reason:
         row["reason"] = reason
     if reading:
@@ -213,6 +258,18 @@ def make_row(claim_id: str, values: Mapping[str, object], measured: str, *, chap
     if resampling:
         row["resampling"] = resampling
     return ledger.validate_row(row)
+
+
+def scope_reason(rule: Rule, values: Mapping[str, object], intervals: Mapping | None = None) -> str:
+    """Why a claim is not testable on data outside its scope: each failing scope criterion with
+    its value and the range the claim needs, e.g. "outside the claim's scope: share of rows with
+    L > e^(2Δ/T) is 0 (the claim applies only where it is ≥ 0.5)"."""
+    failed = rule.out_of_scope(values, intervals)
+    if not failed:
+        raise ValueError("no scope criterion fails: the verdict is not 'not testable' for lack of scope")
+    parts = [f"{plain_text(c.statistic)} is {float(values[c.key]):.3g} (the claim applies only where "
+             f"it is {c.describe()})" for c in failed]
+    return "outside the claim's scope: " + "; ".join(parts) + "."
 
 
 def recorded_intervals(row: Mapping) -> dict:
@@ -265,7 +322,8 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
            variant: str | None = None, model: str | None = None, reason: str | None = None,
            reading: str | None = None, readings: list[dict] | None = None,
            selection: Mapping | None = None, intervals: Mapping | None = None,
-           corpus: str | None = None, unresampled: str | None = None, glue: bool = True) -> Graded:
+           corpus: str | None = None, unresampled: str | None = None,
+           sensitivity: str | None = None, glue: bool = True) -> Graded:
     """Grade ``values`` by claim ``claim_id``'s registered rule and write its ledger row.
 
     Args:
@@ -293,6 +351,10 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
             so instead of leaving the reader to guess (a book test requires one or the other).
             A chapter run on one window (``ctx.window_count == 1``) gets :data:`ONE_WINDOW` on
             such rows unless it says otherwise.
+        sensitivity: on a labelled variant measured under another protocol than the claim's own
+            row on the same model (a one-window survey, another aggregate), what that protocol
+            is: the row is shown as a sensitivity row and never counted as the claim's verdict
+            (a claim has one counted verdict per model).
         glue: also glue ``verdict_<id>`` (``verdict_<id>_<variant>``) for the chapter's prose.
 
     Returns the :class:`Graded` row (display it to show the rule on the page).
@@ -303,7 +365,8 @@ def record(ctx, claim_id: str, values: Mapping[str, object], measured: str, *,
         unresampled = why_unresampled(claim_id, intervals, reason)
     row = make_row(claim_id, values, measured, chapter=chapter, model=model, variant=variant,
                    reason=reason, reading=reading, readings=readings, selection=selection,
-                   intervals=intervals, corpus=corpus, unresampled=unresampled)
+                   intervals=intervals, corpus=corpus, unresampled=unresampled,
+                   sensitivity=sensitivity)
     ledger.write_row(row)
     if glue:
         from normlimits.core.glued import glue as glue_value

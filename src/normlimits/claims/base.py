@@ -6,6 +6,11 @@ from dataclasses import dataclass, field
 
 from normlimits.claims.rules import Rule
 
+#: whose statement a claim is (see :class:`Claim`); only ``paper`` claims count as the paper's
+CLAIM_KINDS = ("paper", "premise", "book", "cited")
+#: what a claim is about: a universal statement, or GPT-2's own measurements
+ABOUT = ("general", "gpt2")
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -18,6 +23,19 @@ class Claim:
     separately); ``paper_value``: what the paper reports, in a few words beside the measured
     numbers on the Verdicts page (its number where it gives one, "≈ 0.06 L"; else the form of its
     statement, "a bound, no number"; "not in the paper" for the book's own statements).
+
+    ``kind`` (:data:`CLAIM_KINDS`): whose statement it is. ``paper``: a claim the paper makes,
+    counted in the bottom line as the paper's; ``premise``: an assumption the paper states in
+    order to conclude something (graded, shown beside its conclusion, never counted as a claim);
+    ``book``: a statement of the book's own (a sharpened bound, a diagnostic it adds); ``cited``:
+    a claim of another paper that the book tests. Only ``paper`` claims are counted as the
+    paper's.
+
+    ``about`` (:data:`ABOUT`): ``general`` for a claim worded universally (a bound, a trend the
+    paper asserts of softmax attention), graded as such on any model; ``gpt2`` for a claim that
+    names GPT-2's own measurements (a figure's number, "GPT-2 operates ..."): on another model it
+    can be "not reproduced" but never "refuted", which the registry checks on its rule
+    (:func:`normlimits.claims.check_gpt2_policy`).
     """
 
     id: str
@@ -30,8 +48,14 @@ class Claim:
     premise: str = ""
     tags: tuple[str, ...] = field(default_factory=tuple)
     paper_value: str = ""
+    kind: str = "paper"
+    about: str = "general"
 
     def __post_init__(self) -> None:
         for name in ("id", "chapter", "section", "claim", "paper"):
             if not str(getattr(self, name)).strip():
                 raise ValueError(f"claim {self.id!r}: field {name!r} is empty")
+        if self.kind not in CLAIM_KINDS:
+            raise ValueError(f"claim {self.id!r}: kind {self.kind!r} is not one of {CLAIM_KINDS}")
+        if self.about not in ABOUT:
+            raise ValueError(f"claim {self.id!r}: about {self.about!r} is not one of {ABOUT}")

@@ -9,7 +9,10 @@ gives the verdict. Conditions are a small language over the criteria's pass/fail
 - ``else``: always (the last outcome must be ``else``).
 
 A criterion whose value is missing (``None`` or NaN) cannot be graded: the verdict is then
-``not testable`` whatever the outcomes say, and the row must carry the reason.
+``not testable`` whatever the outcomes say, and the row must carry the reason. So is a claim
+whose *scope* criterion fails (kind ``scope``: the data lie outside the range where the claim
+applies, e.g. no row reaches the regime where an asymptotic bound binds): the row then says which
+scope criterion failed.
 
 A measured criterion may carry an interval (a bootstrap interval over corpus windows, seeds or
 draws: :mod:`normlimits.core.bootstrap`). It then holds only when its whole interval meets the test,
@@ -34,13 +37,18 @@ __all__ = ["VERDICTS", "OUTCOME_VERDICTS", "DECISIONS", "OPS", "KINDS", "Criteri
            "regrade", "plain_text", "describe_condition", "describe_outcomes"]
 
 #: confirmed: the claim holds as stated (on the range measured); corrected: a true statement
-#: close to the claim is proven here and replaces it; refuted: the evidence contradicts it;
+#: close to the claim is proven here, the data meet it, and it replaces the claim; partial: the
+#: claim's main feature holds on the data while a number or a further part it states does not,
+#: and no proven statement repairs it (schema 4.0); refuted: the evidence contradicts it;
 #: not reproduced: the paper's number or figure did not come out under any reading tried, without
-#: the claim being shown false; not testable: this build cannot measure it (the row says why);
-#: inconclusive: the verdict turns on a criterion whose interval contains its threshold.
-VERDICTS = ("confirmed", "corrected", "refuted", "not reproduced", "inconclusive", "not testable")
-#: verdicts the rules' outcomes may name (the others follow from missing values or intervals)
-OUTCOME_VERDICTS = ("confirmed", "corrected", "refuted", "not reproduced")
+#: the claim being shown false; not testable: this build cannot measure it, or the data lie outside
+#: the claim's scope (the row says why); inconclusive: the verdict turns on a criterion whose
+#: interval contains its threshold.
+VERDICTS = ("confirmed", "corrected", "partial", "refuted", "not reproduced", "inconclusive",
+            "not testable")
+#: verdicts the rules' outcomes may name (the others follow from missing values, failed scope
+#: criteria or intervals)
+OUTCOME_VERDICTS = ("confirmed", "corrected", "partial", "refuted", "not reproduced")
 #: a criterion's decision under its interval
 DECISIONS = ("pass", "fail", "undecided")
 OPS = ("<=", "<", ">=", ">", "==", "between", "outside")
@@ -49,8 +57,11 @@ OPS = ("<=", "<", ">=", ">", "==", "between", "outside")
 #: (an empty sum, a derivation closing), shown but never enough for a verdict alone; check: an
 #: extreme or a count of violations over everything measured (of a proven inequality, or of a
 #: computation against its exact value), which one counterexample decides: no resample makes it
-#: more certain, so it takes no interval (schema 3.0)
-KINDS = ("measurement", "identity", "check")
+#: more certain, so it takes no interval (schema 3.0); scope: a measurement that says whether the
+#: data lie where the claim applies (e.g. the share of rows in the regime where an asymptotic
+#: claim binds): when it fails the verdict is "not testable" whatever the outcomes say, and when
+#: its interval straddles its threshold a verdict it could change is inconclusive (schema 4.0)
+KINDS = ("measurement", "identity", "check", "scope")
 _OP_WORDS = {"<=": "≤", "<": "<", ">=": "≥", ">": ">", "==": "=", "between": "in", "outside": "outside"}
 
 
@@ -211,7 +222,7 @@ class Rule:
         for c in self.criteria:
             if c.key not in intervals or results[c.key] is None:
                 continue
-            if c.kind != "measurement":
+            if c.kind not in ("measurement", "scope"):
                 raise ValueError(f"criterion {c.key!r} is an {c.kind}: it takes no interval")
             decision = c.decide(_bounds(intervals[c.key]))
             results[c.key] = "undecided" if decision == "undecided" else decision == "pass"
@@ -235,8 +246,22 @@ class Rule:
         if any(r is None for r in results.values()):
             return {"not testable"}
         open_keys = [k for k, r in results.items() if r == "undecided"]
-        return {self._first_outcome({**results, **dict(zip(open_keys, bits))})
+        return {self._verdict({**results, **dict(zip(open_keys, bits))})
                 for bits in itertools.product((True, False), repeat=len(open_keys))}
+
+    def _verdict(self, results: Mapping[str, bool]) -> str:
+        """The verdict of decided results: "not testable" when a scope criterion fails (the data
+        lie outside the claim's scope), else the first outcome whose condition holds."""
+        if any(c.kind == "scope" and results[c.key] is False for c in self.criteria):
+            return "not testable"
+        return self._first_outcome(results)
+
+    def out_of_scope(self, values: Mapping[str, object],
+                     intervals: Mapping[str, object] | None = None) -> list[Criterion]:
+        """The scope criteria that fail (decided by their interval where they have one): why a
+        verdict is "not testable" although every value was measured."""
+        results = self.decisions(values, intervals)
+        return [c for c in self.criteria if c.kind == "scope" and results[c.key] is False]
 
     def grade(self, values: Mapping[str, object], intervals: Mapping[str, object] | None = None) -> str:
         """The verdict for ``values`` (one value per criterion key; None or NaN = missing) and,

@@ -38,6 +38,14 @@ from, when it is not the book's corpus).
 ``check`` (an extreme or a count of violations over everything measured, which one counterexample
 decides and which takes no interval: a new value in a closed list, so a major version), and an
 optional row field ``unresampled`` (why a row's measurement criteria carry no interval).
+4.0 (issue 47, verdicts a referee signs): the verdict ``partial`` (a claim's main feature holds
+while a number or a further part it states does not, and no proven statement repairs it), the
+criterion kind ``scope`` (a measurement saying whether the data lie where the claim applies; when
+it fails the verdict is "not testable"), both new values in closed lists; and three optional row
+fields: ``claim_kind`` (paper, premise, book or cited: only the paper's claims are counted as the
+paper's), ``about`` (general, or gpt2 for a claim naming GPT-2's own measurements, which another
+model can leave "not reproduced" but never "refuted") and ``sensitivity`` (a labelled row measured
+under another protocol than the claim's own on the same model, never counted as its verdict).
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ __all__ = ["SCHEMA_VERSION", "DOCUMENTS", "SchemaError", "schema_root", "version
            "problems", "validate", "read_document"]
 
 #: the version every file is written with now
-SCHEMA_VERSION = "3.0"
+SCHEMA_VERSION = "4.0"
 #: the documents with a schema (``<name>.schema.json``); ``row`` is their shared row format
 DOCUMENTS = ("audit", "ledger", "compare")
 ROW = "row"

@@ -572,9 +572,10 @@ def yardstick_verdict(results: "YardstickResults", key: str, reference: str = "s
 
 
 #: how the summary table marks a verdict (presentation only; verdicts come from the ledger rows)
-VERDICT_MARKS = {"confirmed": "yes", "corrected": "partly", "refuted": "no", "not reproduced": "no",
+VERDICT_MARKS = {"confirmed": "yes", "corrected": "partly", "partial": "in part", "refuted": "no",
+                 "not reproduced": "no",
                  "inconclusive": "?", "not testable": "n/a"}
-_SCORES = {"confirmed": 1.0, "corrected": 0.5}
+_SCORES = {"confirmed": 1.0, "corrected": 0.5, "partial": 0.5}
 
 
 def summary_table(verdicts: dict, graded: dict, labels: dict):
@@ -584,7 +585,7 @@ def summary_table(verdicts: dict, graded: dict, labels: dict):
     string (from the recorded ledger rows); ``labels``: key -> row label. Columns: the
     largest-weight exponent, the critical N / L (">" when none on the grid), N_s/N at the knee,
     the Jacobian ratio to softmax's at equal selectivity, the four verdicts as
-    :data:`VERDICT_MARKS` and the score (1 per confirmed yardstick, 1/2 per corrected); rows sorted
+    :data:`VERDICT_MARKS` and the score (1 per confirmed yardstick, 1/2 per corrected or partial); rows sorted
     by score, then by the exponent. Returns a pandas DataFrame indexed by the label.
     """
     import pandas as pd
