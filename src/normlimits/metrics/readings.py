@@ -63,6 +63,7 @@ from torch import Tensor
 
 from normlimits.metrics.gram import refine_squared
 from normlimits.core.selection import top_n
+from normlimits.core.validation import finite_weights_and_vectors
 
 __all__ = ["FORMS", "FAMILY", "VECTORS", "STATISTICS", "CLOSED_FORMS", "row_statistics"]
 
@@ -160,6 +161,7 @@ def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
         raise ValueError(f"weights have {L} keys but vectors have {vectors.shape[-2]}")
     if samples < 0 or (mc_keys is not None and mc_keys < 1):
         raise ValueError(f"samples must be >= 0 and mc_keys >= 1 or None (got {samples}, {mc_keys})")
+    finite_weights_and_vectors(weights, vectors)
     lead = torch.broadcast_shapes(weights.shape[:-2], vectors.shape[:-2])
     R, d = weights.shape[-2], vectors.shape[-1]
     dtype = torch.promote_types(weights.dtype, vectors.dtype)
