@@ -156,12 +156,12 @@ def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
     if weights.dim() < 2 or vectors.dim() < 2:
         raise ValueError(f"weights must be [..., R, L] and vectors [..., L, d]; got "
                          f"{tuple(weights.shape)} and {tuple(vectors.shape)}")
+    finite_weights_and_vectors(weights, vectors)
     L = weights.shape[-1]
     if vectors.shape[-2] != L:
         raise ValueError(f"weights have {L} keys but vectors have {vectors.shape[-2]}")
     if samples < 0 or (mc_keys is not None and mc_keys < 1):
         raise ValueError(f"samples must be >= 0 and mc_keys >= 1 or None (got {samples}, {mc_keys})")
-    finite_weights_and_vectors(weights, vectors)
     lead = torch.broadcast_shapes(weights.shape[:-2], vectors.shape[:-2])
     R, d = weights.shape[-2], vectors.shape[-1]
     dtype = torch.promote_types(weights.dtype, vectors.dtype)
