@@ -52,20 +52,23 @@ def test_one_tie_among_tiny_weights_leaves_the_other_tiny_weights_exact():
     assert float(S.reference_fraction(w, x, [4], [3], causal=False)) == 1 / 3   # float64 rounds it
 
 
-def test_an_exact_tie_at_the_radius_is_outside():
+@pytest.mark.parametrize("zeros", [0, 5])
+def test_an_exact_tie_at_the_radius_is_outside(zeros):
     """Weights 0.25 x 4, vectors [0], [-0.5], [-0.2], [-0.9] (the doubles nearest), N = 3: key 1's
     distance equals the non-selected key 3's exactly (both 0.25 |x_0 + x_2| = 0.25 |x_0 + x_2 +
     x_1 - x_3| in the doubles themselves: checked with Fractions), so key 1 is on the boundary and
-    outside; keys 0 and 2 are farther. N_s = 0; the rounded comparison put key 1 inside (1/3)."""
-    weights = [0.25] * 4
-    vectors = [[0.0], [-0.5], [-0.2], [-0.9]]
+    outside; keys 0 and 2 are farther. N_s = 0; the rounded comparison put key 1 inside (1/3).
+    Keys of weight 0 (at distance ||s|| = 0.175, farther) change nothing."""
+    weights = [0.25] * 4 + [0.0] * zeros
+    vectors = [[0.0], [-0.5], [-0.2], [-0.9]] + [[float(k)] for k in range(zeros)]
     order, d2 = exact_squared_distances(weights, vectors, 3)
     assert d2[1] == d2[3] and d2[0] > d2[3] and d2[2] > d2[3]
+    assert all(d2[j] > d2[3] for j in range(4, 4 + zeros))
     w, x = one_row(weights, vectors)
-    res = S.geometric_separability(w, x, [3], rows=[3], causal=False)
+    res = S.geometric_separability(w, x, [3], rows=[3 + zeros], causal=False)
     assert float(res.fraction) == 0.0
     assert float(res.radius) == math.sqrt(d2[3])          # 0.05..., the exact r rounded
-    assert float(S.reference_fraction(w, x, [3], [3], causal=False, digits=120)) == 0.0
+    assert float(S.reference_fraction(w, x, [3 + zeros], [3], causal=False, digits=120)) == 0.0
 
 
 def test_a_twin_key_one_unit_apart_in_weight_has_a_positive_radius():

@@ -674,6 +674,9 @@ def _exact_problems(a: Tensor, vectors: Tensor, order: Tensor, visible: Tensor, 
         for q in range(ap.shape[0]):
             sel_keys = op[q, :int(np_[q])].numpy()
             cand_keys = candidate[q].nonzero()[:, 0].numpy()
+            zero = a_np[q, cand_keys] == 0            # f = 0 exactly for each: one stands for all
+            if zero.sum() > 1:
+                cand_keys = np.concatenate([cand_keys[~zero], cand_keys[zero][:1]])
             open_keys = op[q][undecided[q]].numpy()
             keys = np.concatenate([sel_keys, cand_keys, open_keys])
             w_int, w_exp = _dyadic(a_np[q, keys])
