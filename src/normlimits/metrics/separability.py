@@ -60,7 +60,10 @@ the grid:
   N = 1 gives ``N_s / N = 1`` whenever ``r > 0``.
 
 No Python loop runs over tokens or N; the loop is over blocks of (layer, head) pairs and of
-rows, which bounds memory at about ``block_elements`` floats per temporary.
+rows, which bounds memory at about ``block_elements`` floats per temporary. The exact refinement
+loops over its own (row, N) problems, each vectorised over its keys (numpy arrays of Python
+integers); on a 9-head, 1024-key window with every value a copy of one of 300 token vectors and
+nearly equal weights for copies, about 700 of 15,000 problems go there, for under a second.
 
 Assumption 2's delta, the minimum pairwise distance of the vectors, is exact but screened in
 float32 (:func:`min_pairwise_distance`). The sweep over a model's windows is
