@@ -108,3 +108,33 @@ def test_synthetic_checks_enumerate_wherever_the_subsets_are_few():
     kinds = dict(zip(syn.table["N"], syn.table["E"]))
     assert kinds == {1: "exact", 4: "Monte Carlo", 32: "Monte Carlo", 127: "exact"}
     assert syn.corrected_violations == 0 and syn.bound_violations == 0
+
+
+def test_a_study_records_the_dtype_its_readings_were_computed_in():
+    caps = [FakeCapture(seed=0, L=24, heads=2)]
+    study64 = TM.position_study(iter(caps), [16, 24], [1, 4], samples=0, expectations=("main",))
+    assert study64.dtype == "float64"
+    for cap in caps:
+        cap.queries, cap.keys, cap.values, cap.hidden = (t.float() for t in (cap.queries, cap.keys,
+                                                                              cap.values, cap.hidden))
+    study32 = TM.position_study(iter(caps), [16, 24], [1, 4], samples=0, expectations=("main",),
+                                window_forms=("scaled",))
+    assert study32.dtype == "float32" and study32.resampled([0]).dtype == "float32"
+
+
+def test_outside_counts_rounding_of_float32_readings_only_beyond_their_precision(small_study):
+    """E below main by a relative 5e-7 (4 units of float32 rounding) with no Monte Carlo error: a
+    breach for float64 readings (held to 1e-9), rounding for float32 ones (8 eps = 9.5e-7); by
+    1e-4, a breach in both."""
+    import dataclasses
+
+    caps, study, sweep_b = small_study
+    m = study.means["scaled"]
+    for shift, dtype, expected in ((5e-7, "float64", 1), (5e-7, "float32", 0), (1e-4, "float32", 1)):
+        mc, se = m.mc.clone(), m.mc_se.clone()
+        mc[0, 0, -1, 2] = m.main[0, 0, -1, 2] * (1 - shift)
+        se[0, 0, -1, 2] = 0.0
+        planted = dataclasses.replace(study, dtype=dtype,
+                                      means={**study.means, "scaled": dataclasses.replace(m, mc=mc, mc_se=se)})
+        got = F2.figure2_numbers(planted, sweep_b, n=5)
+        assert got["outside"] == expected and got["corrected_violations"] == expected, (shift, dtype)

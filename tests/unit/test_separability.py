@@ -180,8 +180,8 @@ def test_zero_weight_selected_keys_are_decided_without_the_direct_refinement(mon
     vectors = torch.randn(3, length, dim, generator=gen, dtype=torch.float64)
     grid = [1, 2, 4, 8, 16]
     solved = []
-    original = S._direct_problems
-    monkeypatch.setattr(S, "_direct_problems", lambda a, *rest: solved.append(a.shape[0]) or original(a, *rest))
+    original = S._exact_problems
+    monkeypatch.setattr(S, "_exact_problems", lambda a, *rest: solved.append(a.shape[0]) or original(a, *rest))
     res = S.geometric_separability(weights, vectors, grid)
     assert solved == [], "zero-weight ties were sent to the direct refinement"
     ref = reference_fraction(weights, vectors, list(range(length)), grid)
@@ -226,8 +226,8 @@ def test_tiny_weights_are_decided_exactly_from_the_expansion(monkeypatch):
     vectors = torch.randn(3, length, 3, generator=gen, dtype=torch.float64)
     grid = [1, 2, 4, 8, 16]
     solved = []
-    original = S._direct_problems
-    monkeypatch.setattr(S, "_direct_problems", lambda a, *rest: solved.append(a.shape[0]) or original(a, *rest))
+    original = S._exact_problems
+    monkeypatch.setattr(S, "_exact_problems", lambda a, *rest: solved.append(a.shape[0]) or original(a, *rest))
     res = S.geometric_separability(weights, vectors, grid)
     exact = S.reference_fraction(weights, vectors, list(range(length)), grid, digits=120)
     assert torch.equal(res.fraction.nan_to_num(-1), exact.nan_to_num(-1))
@@ -259,8 +259,8 @@ def test_near_ties_of_ordinary_weights_still_go_to_the_direct_differences(monkey
     # the mirror image, moved off the exact tie by a relative 1e-15 (a few units of f's rounding)
     vectors[0, mirror] = (s + flip * (w[inner] * vectors[0, inner] - s)) / w[mirror] * (1 + 1e-15)
     solved = []
-    original = S._direct_problems
-    monkeypatch.setattr(S, "_direct_problems", lambda a, *rest: solved.append(a.shape[0]) or original(a, *rest))
+    original = S._exact_problems
+    monkeypatch.setattr(S, "_exact_problems", lambda a, *rest: solved.append(a.shape[0]) or original(a, *rest))
     S.geometric_separability(weights[:, t:], vectors, [n], rows=[t])
     assert solved == [1], "a tie within rounding of ordinary weights was decided from the expansion"
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from normlimits.core import glued
+from normlimits.core.precision import dtype_rtol
 from normlimits.model.corpus import Corpus, load_corpus
 from normlimits.model.pretrained import LoadedModel
 from normlimits.model.load import load_model
@@ -274,8 +275,12 @@ def check_bound(values, lower=None, upper=None, *, name: str, rtol: float = 1e-6
     """Assert ``lower <= values <= upper`` elementwise up to float tolerance; returns the count checked.
 
     ``values``, ``lower``, ``upper`` broadcast together (tensors or numbers). The error names the
-    bound, the number of violations and the worst one.
+    bound, the number of violations and the worst one. ``rtol`` is raised to the working
+    precision of the least precise float tensor among them (:func:`normlimits.core.precision.
+    dtype_rtol`: 8 eps, 9.5e-7 for float32), never lowered: an ``rtol`` of 1e-9 on float32 values
+    would count their rounding as violations.
     """
+    rtol = dtype_rtol(rtol, values, lower, upper)
     values = torch.as_tensor(values, dtype=torch.float64)
     count = values.numel()
     for bound, sign, word in ((lower, 1, "below the lower"), (upper, -1, "above the upper")):

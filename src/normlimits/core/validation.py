@@ -90,6 +90,47 @@ def all_finite(tensor: Tensor) -> bool:
     return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
+#: what each kind of numeric input is for, the second half of :func:`finite_entries`' message
+#: (the first, "<argument> has <n> NaN or infinite entries; ", is the same for every kind)
+FINITE_REMEDIES = {
+    "weights": ("attention weights must be finite rows of a normaliser. Check the logits and the "
+                "normaliser that produced them (a NaN logit or an overflowed exp)."),
+    "vectors": ("the distances of the selected tokens' representation need finite vectors. "
+                "Check the capture."),
+    "directions": ("perturbation directions must be finite (unit rows, zero on masked keys: "
+                   "draw them with random_unit_directions); a masked key is marked in the "
+                   "logits (-inf), not in the direction."),
+    "samples": ("every per-head value must be a finite number; a NaN or infinite value comes "
+                "from an undefined or overflowed statistic upstream (e.g. a row that sees <= N "
+                "keys): drop those heads or N before the test."),
+}
+
+
+def finite_entries(tensor, *, argument: str, kind: str) -> Tensor:
+    """Refuse a tensor (or array-like) with NaN or +-inf entries; returns it unchanged.
+
+    The one message of every finite-input check: ``"<argument> has <n> NaN or infinite entries;
+    <remedy>"``, the remedy of ``kind`` (:data:`FINITE_REMEDIES`: weights, vectors, directions,
+    samples). :func:`finite_weights`, :func:`finite_vectors` and the metrics without a
+    non-negativity rule (the readings, the sensitivities, the KS search) call it."""
+    if kind not in FINITE_REMEDIES:
+        raise ValueError(f"kind must be one of {sorted(FINITE_REMEDIES)} (got {kind!r}).")
+    values = tensor if isinstance(tensor, Tensor) else torch.as_tensor(tensor)
+    if not all_finite(values):
+        bad = int((~torch.isfinite(values)).sum())
+        raise InputError(f"{argument} has {bad} NaN or infinite entries; {FINITE_REMEDIES[kind]}")
+    return tensor
+
+
+def finite_weights_and_vectors(weights: Tensor, vectors: Tensor, *,
+                               vectors_argument: str = "vectors") -> None:
+    """:func:`finite_entries` of attention weights [..., R, L] and their vectors [..., L, d] (the
+    messages :func:`normlimits.metrics.distances.distance_profile` gives); the sign of the weights
+    is left to the caller."""
+    finite_entries(weights, argument="weights", kind="weights")
+    finite_entries(vectors, argument=vectors_argument, kind="vectors")
+
+
 def finite_weights(weights: Tensor, *, argument: str = "weights") -> Tensor:
     """Refuse attention weights with NaN, infinite or negative entries (shape unchanged).
 
@@ -97,11 +138,7 @@ def finite_weights(weights: Tensor, *, argument: str = "weights") -> Tensor:
     every statistic computed from them would be NaN or meaningless, so they are refused here
     rather than spread through a profile.
     """
-    if not all_finite(weights):
-        bad = int((~torch.isfinite(weights)).sum())
-        raise InputError(f"{argument} has {bad} NaN or infinite entries; attention weights must "
-                         "be finite rows of a normaliser. Check the logits and the normaliser "
-                         "that produced them (a NaN logit or an overflowed exp).")
+    finite_entries(weights, argument=argument, kind="weights")
     if weights.numel() and float(weights.amin()) < 0:
         raise InputError(f"{argument} has negative entries (min {float(weights.min()):.3g}); "
                          "attention weights are non-negative. Pass the normaliser's output.")
@@ -110,11 +147,7 @@ def finite_weights(weights: Tensor, *, argument: str = "weights") -> Tensor:
 
 def finite_vectors(vectors: Tensor, *, argument: str = "values") -> Tensor:
     """Refuse vectors with NaN or infinite entries (shape unchanged)."""
-    if not all_finite(vectors):
-        bad = int((~torch.isfinite(vectors)).sum())
-        raise InputError(f"{argument} has {bad} NaN or infinite entries; the distances of the "
-                         "selected tokens' representation need finite vectors. Check the capture.")
-    return vectors
+    return finite_entries(vectors, argument=argument, kind="vectors")
 
 
 def attention_logits(logits: Tensor, *, argument: str = "logits") -> Tensor:

@@ -17,6 +17,7 @@ import torch
 
 from normlimits.metrics import distances as D
 from normlimits.core.fits import loglog_fit
+from normlimits.core.precision import dtype_rtol
 from normlimits.core.plotting import median_band
 from normlimits.core.protocol import FIXED_N
 from normlimits.metrics.readings import row_statistics
@@ -55,6 +56,10 @@ class SyntheticChecks:
 
 
 def _count_outside(value, lower=None, upper=None, slack=0.0, rtol=1e-9) -> int:
+    """How many of ``value`` lie below ``lower - slack`` or above ``upper + slack`` beyond a
+    relative ``rtol``, raised to the working precision of the least precise float input
+    (:func:`normlimits.core.precision.dtype_rtol`: 1e-9 is below float32's resolution)."""
+    rtol = dtype_rtol(rtol, value, lower, upper)
     v = torch.as_tensor(value, dtype=torch.float64)
     bad = torch.zeros_like(v, dtype=torch.bool)
     if lower is not None:
@@ -224,10 +229,11 @@ def figure2_numbers(study: PositionStudy, sweep_b, *, form: str = "scaled", n: i
         live = m.mc > 0
         out["mc_rel_se_max"] = float((m.mc_se[live] / m.mc[live]).max())
         tol = SE_TOLERANCE * m.mc_se
-        out["outside"] = int(((m.mc < m.main - tol - 1e-9 * m.main)
-                              | (m.mc > m.rms + tol + 1e-9 * m.rms)).sum())
-        out["corrected_violations"] = int(((m.mc < m.main - tol - 1e-9 * m.main)
-                                           | (m.mc > m.upper + tol + 1e-9 * m.upper)).sum())
+        rel = dtype_rtol(1e-9, study.dtype)     # the readings' precision (float32: 8 eps = 9.5e-7)
+        out["outside"] = int(((m.mc < m.main - tol - rel * m.main)
+                              | (m.mc > m.rms + tol + rel * m.rms)).sum())
+        out["corrected_violations"] = int(((m.mc < m.main - tol - rel * m.main)
+                                           | (m.mc > m.upper + tol + rel * m.upper)).sum())
     out["elasticity"] = math.log(med["true"][i100][-1] / med["true"][i20][-1]) / math.log(100 / 20)
     rel = np.median(np.abs(at["true"] - at["mc"]) / at["true"], 0)
     out["converge"] = float(rel[i100] / rel[i1])

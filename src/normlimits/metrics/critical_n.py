@@ -24,6 +24,7 @@ import torch
 
 from normlimits.core.protocol import KS_ALPHAS, TOP_N_GRID
 from normlimits.core.fits import loglog_fit, slope_through_origin
+from normlimits.core.validation import finite_entries
 from normlimits.metrics.token_means import PositionStudy, position_study
 
 __all__ = ["critical_grid", "KSResult", "ks_statistics", "ks_critical_n", "resampled_critical_n", "PowerFit", "fit_critical_n",
@@ -117,6 +118,8 @@ def _checked_samples(true_by_head, expected_by_head, n_grid, alphas):
     for alpha in alphas:
         if not 0 < alpha < 1:
             raise ValueError(f"significance levels must lie in (0, 1); got {alpha}")
+    finite_entries(a, argument="true_by_head", kind="samples")
+    finite_entries(b, argument="expected_by_head", kind="samples")
     return a, b, grid
 
 

@@ -440,6 +440,8 @@ def enumerated_expectation(weights: Tensor, values: Tensor, n: int, *,
     L = weights.shape[-1]
     if not 1 <= n <= L:
         raise ValueError(f"N must lie in 1..L = {L} (got {n})")
+    finite_weights(weights)
+    finite_vectors(values)
     count = math.comb(L, n)
     if count > max_subsets:
         raise ValueError(f"C({L}, {n}) = {count} subsets exceed max_subsets = {max_subsets}; "

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from normlimits.metrics.normalizers import check_temperature
 from normlimits.core.protocol import SECULAR_TAIL
+from normlimits.core.validation import attention_logits, finite_entries, finite_weights
 
 SQRT2 = math.sqrt(2.0)
 
@@ -677,6 +678,8 @@ def finite_difference_sensitivity(logits: Tensor, temperatures, epsilons, direct
     e = _check_epsilons(epsilons)
     if directions.shape != logits.shape:
         raise ValueError(f"directions {tuple(directions.shape)} must match logits {tuple(logits.shape)}")
+    attention_logits(logits)
+    finite_entries(directions, argument="directions", kind="directions")
     l64 = logits.to(torch.float64)
     v = directions.to(torch.float64)
     lead = l64.shape
@@ -709,6 +712,8 @@ def linearised_sensitivity(weights: Tensor, directions: Tensor, temperature: flo
     rows whose top weight is within 1e-16 of 1 keep full relative precision.
     """
     t = check_temperature(temperature)
+    finite_weights(weights)
+    finite_entries(directions, argument="directions", kind="directions")
     a = weights.to(torch.float64)
     v = directions.to(torch.float64)
     w, _ = _top_shift(a, v)
@@ -830,6 +835,7 @@ def sensitivity_profile(logit_blocks: Iterable[Tensor], temperatures=None, epsil
         elif block.shape[:-2] != head_shape:
             raise ValueError(f"logit blocks differ in head shape: {tuple(block.shape[:-2])} vs "
                              f"{tuple(head_shape)}")
+        attention_logits(block, argument="a logit block")
         directions = random_unit_directions(block, gen)
         finite = torch.isfinite(block)
         visible = finite.reshape(-1, *block.shape[-2:]).any(0)          # [R, L]

@@ -35,6 +35,7 @@ from normlimits.metrics import jacobian as J
 from normlimits.metrics import normalizers as NZ
 from normlimits.metrics.normalizers import (
     Normalizer, check_temperature, get_normalizer, visible_count, visible_mask)
+from normlimits.core.precision import dtype_rtol
 
 DTYPE = torch.float64
 
@@ -87,7 +88,9 @@ def substochastic_top_eigenvalue(weights: Tensor, iterations: int = 100) -> Tens
     Shapes: [..., L] -> [...] float64.
     """
     a = weights.to(DTYPE)
-    if bool((a < 0).any()) or bool((a.sum(-1) > 1 + 1e-9).any()):
+    # each weight carries its dtype's rounding (relative eps/2 per operation), so a float32 row
+    # that sums to 1 exactly may sum to 1 + a few 1e-8: 1e-9, or 8 eps of the weights' dtype
+    if bool((a < 0).any()) or bool((a.sum(-1) > 1 + dtype_rtol(1e-9, weights)).any()):
         raise ValueError("rows must be non-negative with sum <= 1 (softmax_1 weights)")
     a = a.masked_fill(a < torch.finfo(DTYPE).tiny, 0.0)
     if a.shape[-1] == 1:

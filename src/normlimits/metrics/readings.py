@@ -63,6 +63,7 @@ from torch import Tensor
 
 from normlimits.metrics.gram import refine_squared
 from normlimits.core.selection import top_n
+from normlimits.core.validation import finite_weights_and_vectors
 
 __all__ = ["FORMS", "FAMILY", "VECTORS", "STATISTICS", "CLOSED_FORMS", "row_statistics"]
 
@@ -155,6 +156,7 @@ def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
     if weights.dim() < 2 or vectors.dim() < 2:
         raise ValueError(f"weights must be [..., R, L] and vectors [..., L, d]; got "
                          f"{tuple(weights.shape)} and {tuple(vectors.shape)}")
+    finite_weights_and_vectors(weights, vectors)
     L = weights.shape[-1]
     if vectors.shape[-2] != L:
         raise ValueError(f"weights have {L} keys but vectors have {vectors.shape[-2]}")

@@ -37,23 +37,33 @@ the grid:
   is enough), and the top-K keys' ``f`` is rounded exactly like every other key's (exact
   duplicates tie exactly);
 - each ``f_j``'s rounding error is proportional to its weight (about ``alpha_j ||x_j|| ||s||``
-  units, :func:`_tie_slack`), so a tie is undecided only within the error of the selected key's
-  ``f`` plus that of the minimum (whose weight is at most the N-th largest), and never more than
-  the scale-wide bound ``4 (d + 4) u (||s||^2 + max_j ||alpha_j x_j||^2)``. The result is N_s of
-  the float64 inputs taken exactly (checked against 120-digit arithmetic), not of float64's own
-  distances: those round ``||alpha_j x_j - s||`` to ``||s||`` for every key of weight below about
-  1e-16 of the rest (stick-breaking's rows fall to 1e-227), which decided such ties by rounding;
+  units, :func:`_tie_slack`; plus an absolute floor for results below float64's smallest
+  normal, :func:`_underflow_floor`), so a tie is undecided only within the error of the selected
+  key's ``f`` plus that of the minimum (whose weight is at most the N-th largest), and never more
+  than the scale-wide bound ``4 (d + 4) u (||s||^2 + max_j ||alpha_j x_j||^2)``. float64's own
+  distances would round ``||alpha_j x_j - s||`` to ``||s||`` for every key of weight below about
+  1e-16 of the rest (stick-breaking's rows fall to 1e-227) and decide such ties by rounding;
 - where the expansion still cannot decide (a selected token's ``f`` within that error bound
-  of the minimum, or ``r^2`` below
-  ``2^-9`` of that scale: near-duplicate vectors), that (row, N) problem is solved again from
-  direct differences in float64. Near-duplicates are re-solved whatever the inputs' dtype (the
-  expansion's r is then all rounding, in float32 as in float64: a token repeated with nearly equal
-  weight, as in a RoPE model's first layer, whose values depend on the token alone); near-ties for
-  float64 inputs only (float32 ones keep single precision there). So N = 1 gives ``N_s / N = 1``
-  whenever ``r > 0``.
+  of the minimum, or ``r^2`` below ``2^-9`` of that scale: near-duplicate vectors), that (row, N)
+  problem goes to :func:`_exact_problems`: every key's ``f`` again in float64 with its own error
+  bound decides most keys, and the rest (the selected keys still within their bound of the
+  minimum, the non-selected keys that may be the minimum) are compared in exact integer
+  arithmetic, with ``s`` and ``r^2`` exact. One undecided key no longer puts every other key of
+  the problem to a float comparison, an exact tie at the radius is outside (strict), and ``r`` is
+  the exact radius rounded (two copies of a vector whose weights differ by one unit in the last
+  place give ``r`` of about 1e-17 > 0, where float64 differences gave 0). Near-duplicates are
+  re-solved whatever the inputs' dtype (the expansion's r is then all rounding, in float32 as in
+  float64: a token repeated with nearly equal weight, as in a RoPE model's first layer, whose
+  values depend on the token alone); near-ties for float64 inputs only (float32 ones keep single
+  precision there). So for float64 inputs the result is N_s of the inputs taken exactly
+  (checked against :func:`reference_fraction` with ``digits``, exact integer arithmetic), and
+  N = 1 gives ``N_s / N = 1`` whenever ``r > 0``.
 
 No Python loop runs over tokens or N; the loop is over blocks of (layer, head) pairs and of
-rows, which bounds memory at about ``block_elements`` floats per temporary.
+rows, which bounds memory at about ``block_elements`` floats per temporary. The exact refinement
+loops over its own (row, N) problems, each vectorised over its keys (numpy arrays of Python
+integers); on a 9-head, 1024-key window with every value a copy of one of 300 token vectors and
+nearly equal weights for copies, about 700 of 15,000 problems go there, for under a second.
 
 Assumption 2's delta, the minimum pairwise distance of the vectors, is exact but screened in
 float32 (:func:`min_pairwise_distance`). The sweep over a model's windows is
@@ -65,6 +75,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -524,8 +535,8 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
             radius_b = r2.sqrt()
             # Where the expansion cannot decide (near-duplicate vectors: r^2 small against
             # ||s||^2 + max ||alpha_j x_j||^2, or a selected token's f within the expansion's
-            # error of min f), the problem is solved again from direct differences in float64
-            # (normlimits.metrics.gram; such problems are rare in attention data).
+            # error of min f), the problem is solved again, its undecided keys and its radius
+            # in exact arithmetic (_exact_problems; such problems are rare in attention data).
             s_bound = (coef * xx_top.sqrt()[:, :, None, :]).sum(-1)  # >= ||s_N||
             scale = s_bound * s_bound + torch.where(visible, yy, zero).amax(-1)[..., None]
             slack = _expansion_error(dim if not use_gram else max(dim, k_max), dtype) * scale
@@ -542,7 +553,7 @@ def geometric_separability(weights: Tensor, vectors: Tensor, n_grid, rows=None, 
             if bool(delicate.any()):
                 pb, pr, pg = delicate.nonzero(as_tuple=True)
                 vecs = v_flat[vi[pb], :n_keys] if not shared else v_flat[vi[0], :n_keys]
-                d_rad, d_in = _direct_problems(
+                d_rad, d_in = _exact_problems(
                     a[pb, pr], vecs, idx[pb, pr], visible[pr], grid[pg], k_max, block_elements)
                 inside[pb, pr, pg] = d_in
                 radius_b[pb, pr, pg] = d_rad.to(dtype)
@@ -576,8 +587,9 @@ def _tie_slack(slack: Tensor, vals: Tensor, xx_top: Tensor, xx: Tensor, visible:
     the selected key i's f is off by at most ``e(alpha_i, ||x_i||)`` and min f by at most
     ``e(alpha_(N), max ||x||)`` (every non-selected key has at most the weight ranked N and at most
     the row's largest norm). Their sum, where it is below the scale-wide ``slack`` [Bg, Rc, G],
-    decides keys of tiny weight (stick-breaking's fall to 1e-250) that the scale-wide slack sent
-    to the direct differences, where float64 rounds every one of their distances to ||s||.
+    decides keys of tiny weight (stick-breaking's fall to 1e-250) that the scale-wide slack would
+    leave undecided. Both bounds carry :func:`_underflow_floor` (below the smallest normal,
+    rounding is absolute: a weight of 5e-324 makes f a subnormal with no relative accuracy).
     ``vals`` / ``xx_top`` [Bg, Rc, K] the top-K weights and squared norms, ``xx`` [Bg, Lc],
     ``visible`` [Rc, Lc], ``s_bound`` [Bg, Rc, G]."""
     k_max = vals.shape[-1]
@@ -588,35 +600,121 @@ def _tie_slack(slack: Tensor, vals: Tensor, xx_top: Tensor, xx: Tensor, visible:
     other = (ranked_n * largest[..., None])[..., None]                          # [Bg, Rc, G, 1]
     own = own[:, :, None, :]                                                    # [Bg, Rc, 1, K]
     per_key = unit * ((own + other) * s_bound[..., None] + own * own + other * other)
-    return torch.minimum(per_key, slack[..., None])
+    floor = _underflow_floor(terms, own, dtype) + _underflow_floor(terms, other, dtype)
+    return torch.minimum(per_key, slack[..., None]) + floor
 
 
-def _direct_problems(a: Tensor, vectors: Tensor, order: Tensor, visible: Tensor, n: Tensor,
-                     k_max: int, block_elements: int) -> tuple[Tensor, Tensor]:
-    """r and the inside mask of P single (row, N) problems from direct differences in
-    float64: ``a`` [P, Lc] weights, ``vectors`` [P, Lc, d] or [Lc, d] (shared), ``order``
-    [P, K] the top-K keys (the book's order), ``visible`` [P, Lc], ``n`` [P] the N of each.
-    Returns the radii [P] and the inside mask [P, K] (ranks >= N False)."""
+def _dyadic(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Finite floats as exact integers on one common scale: ``values == ints * 2**exponent``.
+
+    ``values`` a float64 array (any shape) -> (object array of Python ints, same shape; the
+    common exponent). Every finite double is ``m * 2**e`` with an integer ``m < 2**53``
+    (subnormals included), so the integers hold the inputs exactly, and sums and products of
+    them are exact."""
+    mant, expo = np.frexp(values)
+    ints = (mant * 2.0 ** 53).astype(np.int64)          # exact: a 53-bit significand
+    expo = expo.astype(np.int64) - 53
+    nonzero = ints != 0
+    if not nonzero.any():
+        return np.zeros(values.shape, dtype=object), 0
+    base = int(expo[nonzero].min())
+    shift = np.where(nonzero, expo - base, 0)
+    return ints.astype(object) << shift.astype(object), base
+
+
+def _exact_sqrt(value: int, exponent: int) -> float:
+    """``sqrt(value * 2**exponent)`` to double precision for a Python int ``value >= 0`` and an
+    even ``exponent`` (the radius from an exact squared distance)."""
+    if value == 0:
+        return 0.0
+    drop = max(0, (value.bit_length() - 110) // 2)       # keep ~110 bits: rounding far below float64
+    return math.ldexp(math.sqrt(value >> (2 * drop)), drop + exponent // 2)
+
+
+def _exact_problems(a: Tensor, vectors: Tensor, order: Tensor, visible: Tensor, n: Tensor,
+                    k_max: int, block_elements: int) -> tuple[Tensor, Tensor]:
+    """r and the inside mask of P single (row, N) problems for the inputs taken exactly:
+    ``a`` [P, Lc] weights, ``vectors`` [P, Lc, d] or [Lc, d] (shared), ``order`` [P, K] the top-K
+    keys (the book's order), ``visible`` [P, Lc], ``n`` [P] the N of each. Returns the radii [P]
+    (float64, the exact r rounded) and the inside mask [P, K] (ranks >= N False).
+
+    Two steps. (1) Vectorised over the problems, every key's ``f_j = alpha_j (alpha_j ||x_j||^2 -
+    2 <x_j, s>)`` in float64 with its own error bound (:func:`_key_error`, proportional to
+    ``alpha_j``, plus an underflow floor): a selected key whose f lies beyond the bounds of every
+    candidate minimum is decided there. (2) For each problem, in exact integer arithmetic
+    (:func:`_dyadic`): ``s``, ``||s||^2`` and the f of the keys step 1 could not decide (the
+    selected keys within their bound of the minimum, and every non-selected key that may be the
+    minimum), so that r and those keys' places are those of the inputs themselves: exact ties
+    (a selected key exactly at distance r) are outside, however the floats would round them."""
     p_count, n_keys = a.shape
     dim = vectors.shape[-1]
     step = max(1, block_elements // max(1, n_keys * dim))
-    radii, masks = [], []
     ranks = torch.arange(k_max)
+    radii, masks = [], []
     for p0 in range(0, p_count, step):
         sl = slice(p0, p0 + step)
         ap, op, vp, np_ = a[sl].double(), order[sl], visible[sl], n[sl]
         xp = (vectors[sl] if vectors.dim() == 3 else vectors[None].expand(ap.shape[0], -1, -1)).double()
-        y = ap[..., None] * xp                                            # [p, Lc, d]
-        chosen = ranks[None, :] < np_[:, None]                            # [p, K]
-        y_top = torch.gather(y, 1, op[..., None].expand(-1, -1, dim))     # [p, K, d]
-        s = (y_top * chosen[..., None]).sum(1)                            # [p, d]
-        dist = (y - s[:, None, :]).norm(dim=-1)                           # [p, Lc]
-        selected = torch.zeros_like(vp).scatter_(1, op, chosen)           # [p, Lc]
-        r = torch.where(vp & ~selected, dist, float("inf")).amin(-1)      # [p]
-        inside = (torch.gather(dist, 1, op) < r[:, None]) & chosen        # [p, K]
-        radii.append(r)
+        chosen = ranks[None, :] < np_[:, None]                               # [p, K]
+        selected = torch.zeros_like(vp).scatter_(1, op, chosen)             # [p, Lc]
+        a_sel = torch.where(selected, ap, 0.0)
+        s = torch.bmm(a_sel[:, None, :], xp)[:, 0]                          # [p, d]
+        xx = (xp * xp).sum(-1)                                              # [p, Lc]
+        f = ap * (ap * xx - 2.0 * torch.bmm(xp, s[:, :, None])[..., 0])     # [p, Lc]
+        own = ap * xx.sqrt()                                                # ||alpha_j x_j||
+        s_bound = (a_sel * xx.sqrt()).sum(-1, keepdim=True)                 # >= ||s||
+        err = _key_error(own, s_bound, dim + k_max)
+        nonsel = vp & ~selected
+        inf = torch.tensor(float("inf"), dtype=torch.float64)
+        high = torch.where(nonsel, f + err, inf).amin(-1, keepdim=True)     # >= min f (exact)
+        low = torch.where(nonsel, f - err, inf).amin(-1, keepdim=True)      # <= min f (exact)
+        candidate = nonsel & (f - err <= high)                              # may be the minimum
+        f_top, e_top = f.gather(1, op), err.gather(1, op)
+        inside = (f_top + e_top < low) & chosen
+        undecided = chosen & ~inside & (f_top - e_top < high)
+        radius = torch.empty(ap.shape[0], dtype=torch.float64)
+        a_np, x_np = ap.numpy(), xp.numpy()
+        for q in range(ap.shape[0]):
+            sel_keys = op[q, :int(np_[q])].numpy()
+            cand_keys = candidate[q].nonzero()[:, 0].numpy()
+            zero = a_np[q, cand_keys] == 0            # f = 0 exactly for each: one stands for all
+            if zero.sum() > 1:
+                cand_keys = np.concatenate([cand_keys[~zero], cand_keys[zero][:1]])
+            open_keys = op[q][undecided[q]].numpy()
+            keys = np.concatenate([sel_keys, cand_keys, open_keys])
+            w_int, w_exp = _dyadic(a_np[q, keys])
+            x_int, x_exp = _dyadic(x_np[q, keys])
+            y = w_int[:, None] * x_int                                      # exact alpha_j x_j
+            s_int = y[:len(sel_keys)].sum(0)
+            f_int = (y * y).sum(-1) - 2 * y.dot(s_int)                      # exact f, common scale
+            n_sel, n_cand = len(sel_keys), len(cand_keys)
+            f_min = min(f_int[n_sel:n_sel + n_cand])
+            r2 = int(s_int.dot(s_int) + f_min)
+            radius[q] = _exact_sqrt(r2, 2 * (w_exp + x_exp))
+            inside[q, undecided[q].nonzero()[:, 0]] = torch.tensor(
+                [bool(v < f_min) for v in f_int[n_sel + n_cand:]], dtype=torch.bool)
+        radii.append(radius)
         masks.append(inside)
     return torch.cat(radii), torch.cat(masks)
+
+
+def _key_error(own: Tensor, s_bound: Tensor, terms: int) -> Tensor:
+    """Error bound of a float64 ``f_j = alpha_j (alpha_j ||x_j||^2 - 2 <x_j, s>)``: ``own`` the
+    keys' ``||alpha_j x_j||`` [..., Lc], ``s_bound`` [..., 1] a bound of ``||s||`` (sum of the
+    selected keys' ``||alpha_i x_i||``), ``terms`` the products per inner product (d + K).
+    Relative part ``c (own s_bound + own^2)`` with ``c`` twice :func:`_expansion_error`, as in
+    :func:`_tie_slack`, and an underflow floor (every rounding below float64's smallest normal is
+    absolute, up to half its smallest subnormal)."""
+    unit = 2.0 * _expansion_error(terms, torch.float64)
+    return unit * (own * s_bound + own * own) + _underflow_floor(terms, own, torch.float64)
+
+
+def _underflow_floor(terms: int, own: Tensor, dtype: torch.dtype) -> Tensor:
+    """Absolute error a float ``f_j`` may carry from results below the dtype's smallest normal
+    (each such rounding is absolute: at most the smallest subnormal), for ``own`` the keys'
+    ``||alpha_j x_j||`` (the inner products' terms are scaled by up to ``2 alpha_j``)."""
+    info = torch.finfo(dtype)
+    return 4.0 * (terms + 8) * (info.smallest_normal * info.eps) * (1.0 + own) * (1.0 + terms)
 
 
 def _pack(grid, rows, batch, fraction, radius, count, top_w, order, dist_mask) -> SeparabilityResult:
@@ -641,8 +739,11 @@ def reference_fraction(weights: Tensor, vectors: Tensor, rows, n_grid, causal: b
     :func:`geometric_separability`.
 
     ``digits`` None: the distances in float64 (they round ``||alpha_j x_j - s||`` to ``||s||`` for
-    weights below about 1e-16 of the rest). ``digits`` = n: in n-digit arithmetic (mpmath), the
-    float64 inputs taken exactly: N_s of the inputs themselves (slow: for a few hundred problems)."""
+    weights below about 1e-16 of the rest). ``digits`` = n (any int >= 1): in exact arithmetic,
+    the float64 inputs taken exactly (subnormals included): N_s of the inputs themselves (slow:
+    for a few hundred problems). It was n-digit mpmath arithmetic until issue 47, which no fixed
+    n makes exact: 120 digits rounded ``1 + 1e-200`` against ``1 + 1e-250``, and weights of
+    5e-324 beside 1 (:func:`_reference_fraction_digits`)."""
     b_count, _, length = weights.shape
     rows, grid = list(rows), list(n_grid)
     out = torch.full((b_count, len(rows), len(grid)), float("nan"), dtype=torch.float64)
@@ -666,28 +767,30 @@ def reference_fraction(weights: Tensor, vectors: Tensor, rows, n_grid, causal: b
 
 def _reference_fraction_digits(weights: Tensor, vectors: Tensor, rows: list, grid: list,
                                causal: bool, digits: int, out: Tensor) -> Tensor:
-    """:func:`reference_fraction` in ``digits``-digit arithmetic; squared distances compared
-    (the order of the distances), every sum exact to that precision (``mpmath.fsum``)."""
-    import mpmath
-
+    """:func:`reference_fraction` in exact arithmetic: every float64 input is an integer times a
+    power of two (:func:`_dyadic`, subnormals included), so with one scale for the weights and one
+    for the vectors every ``alpha_j x_j``, ``s`` and squared distance is an exact Python integer
+    (on the common scale), and the comparisons are exact. ``digits`` (an int >= 1) is only
+    checked: exact arithmetic needs more digits than any fixed number (weights 1 and 5e-324 in
+    one row differ in the 324th), so no finite precision would be exact for every input."""
+    if isinstance(digits, bool) or not isinstance(digits, int) or digits < 1:
+        raise ValueError(f"digits must be a positive integer (got {digits!r}); the reference is "
+                         "then computed in exact arithmetic, or pass digits=None for float64.")
     length = weights.shape[-1]
-    with mpmath.workdps(digits):
-        for b in range(weights.shape[0]):
-            xb = (vectors[b] if vectors.shape[0] > 1 else vectors[0]).double().tolist()
-            x = [[mpmath.mpf(v) for v in row] for row in xb]
-            for ri, t in enumerate(rows):
-                wr = weights[b, ri].double().tolist()
-                visible = list(range(t + 1)) if causal else list(range(length))
-                order = sorted(visible, key=lambda j: (-wr[j], j))
-                a = {j: mpmath.mpf(wr[j]) for j in visible}
-                for g, n in enumerate(grid):
-                    if len(visible) <= n:
-                        continue
-                    s = [mpmath.fsum(a[i] * x[i][c] for i in order[:n]) for c in range(len(x[0]))]
-
-                    def squared(j):
-                        return mpmath.fsum((a[j] * x[j][c] - s[c]) ** 2 for c in range(len(s)))
-
-                    r2 = min(squared(j) for j in order[n:])
-                    out[b, ri, g] = sum(squared(i) < r2 for i in order[:n]) / n
+    for b in range(weights.shape[0]):
+        x_int, _ = _dyadic((vectors[b] if vectors.shape[0] > 1 else vectors[0]).double().numpy())
+        for ri, t in enumerate(rows):
+            wr = weights[b, ri].double()
+            visible = list(range(t + 1)) if causal else list(range(length))
+            order = sorted(visible, key=lambda j: (-float(wr[j]), j))
+            a_int, _ = _dyadic(wr.numpy())
+            y = a_int[:, None] * x_int                      # exact alpha_j x_j, [L, d]
+            for g, n in enumerate(grid):
+                if len(visible) <= n:
+                    continue
+                s = y[order[:n]].sum(0)
+                diff = y[visible] - s
+                squared = dict(zip(visible, (diff * diff).sum(-1)))
+                r2 = min(squared[j] for j in order[n:])
+                out[b, ri, g] = sum(squared[i] < r2 for i in order[:n]) / n
     return out

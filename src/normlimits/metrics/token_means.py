@@ -142,7 +142,9 @@ class PositionStudy:
     ``lengths[i]``; ``seconds`` the time spent on this study. ``per_window[form][statistic]``:
     for the spec's ``window_forms`` only, each window's token-means ``[windows, layers, heads, m,
     n]`` (``mc_var``: the variance of each window's Monte Carlo token-mean), whose mean over the
-    windows is ``means[form]``.
+    windows is ``means[form]``. ``dtype``: the dtype the readings were computed in (the
+    captures', e.g. ``"float32"``; the means are float64 sums of them), whose precision bounds
+    how closely two readings can be compared (:func:`normlimits.core.precision.dtype_rtol`).
     """
 
     lengths: list
@@ -157,6 +159,7 @@ class PositionStudy:
     last: dict = field(default_factory=dict)
     seconds: float = float("nan")
     per_window: dict = field(default_factory=dict)
+    dtype: str = "float64"
 
     def resampled(self, windows: Sequence[int]) -> "PositionStudy":
         """The study of the windows ``windows`` (indices into the study's windows, repeats
@@ -171,7 +174,7 @@ class PositionStudy:
         return PositionStudy(lengths=self.lengths, n_grid=self.n_grid, vectors=self.vectors,
                              per_octave=self.per_octave, samples=self.samples,
                              mc_keys=self.mc_keys, windows=int(counts.sum()),
-                             positions=self.positions, means=means, seconds=0.0)
+                             positions=self.positions, means=means, seconds=0.0, dtype=self.dtype)
 
     def per_head(self, form: str, statistic: str, length: int, aggregate: str = "paper") -> Tensor:
         """``[heads_total, n]`` values of one statistic at one length (``aggregate``: ``paper``
@@ -269,6 +272,7 @@ class _Accumulator:
         self.windowed: dict = {}        # (form, statistic) -> [each window's token-means]
         self.count = 0
         self.seconds = 0.0
+        self.dtype = torch.float64          # the readings' dtype (the least precise seen)
 
     def add(self, cap, rows_per_call: int, chunk_elements: int) -> None:
         started = time.perf_counter()
@@ -287,6 +291,8 @@ class _Accumulator:
                                   generator=self.gen, chunk_elements=chunk_elements)
             for f, by_stat in vals.items():
                 for st, v in by_stat.items():
+                    if torch.finfo(v.dtype).eps > torch.finfo(self.dtype).eps:
+                        self.dtype = v.dtype
                     v = v.double()
                     parts = {"last_row": torch.einsum("...rn,mr->...mn", v, self.is_last[:, cols])}
                     if spec.paper:    # a variance enters a weighted mean with squared weights
@@ -331,7 +337,7 @@ class _Accumulator:
                                         for i in range(len(self.lens))],
                              means=self._means("paper") if spec.paper else {},
                              last=self._means("last_row"), seconds=self.seconds,
-                             per_window=self._per_window())
+                             per_window=self._per_window(), dtype=str(self.dtype).removeprefix("torch."))
 
 
 def position_studies(captures: Iterable, lengths: Sequence[int], specs: Mapping[str, StudySpec],
