@@ -65,7 +65,7 @@ from normlimits.audit.resume import Resume
 from normlimits.claims.ledger import validate_row
 from normlimits.claims.schema import SCHEMA_VERSION, validate
 from normlimits.core.devices import resolve_device, resolve_dtype
-from normlimits.core.outputs import check_target_text, FolderOutput, OutputError
+from normlimits.core.outputs import check_target_text, folder_argument, FolderOutput, OutputError
 from normlimits.core.paths import public_text
 from normlimits.core.settings import configure_torch, SettingError
 from normlimits.core.streaming import Lockstep
@@ -115,7 +115,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True,
                    help="a hub id (gpt2, EleutherAI/pythia-160m, ...), a save_pretrained folder, "
                         "'standin' or 'gpt2-random' (anything NORMLIMITS_MODEL accepts)")
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", required=True, type=folder_argument("--out"),
                    help="output folder: new, empty, or an earlier audit (created if missing; a "
                         "folder of other files is refused)")
     p.add_argument("--force", action="store_true",
@@ -286,7 +286,7 @@ def _prepare_out(out, force: bool = False):
     """The output transaction for ``--out``: refused now (before any computing) when the folder
     cannot be written, holds the user's files, or another audit is writing it."""
     try:
-        return FolderOutput(check_target_text(out, "--out"), tool=PROG, option="--out",
+        return FolderOutput(check_target_text(str(out), "--out"), tool=PROG, option="--out",
                             force=force)
     except OutputError as exc:
         raise AuditError(str(exc)) from None

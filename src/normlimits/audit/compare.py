@@ -38,7 +38,8 @@ from normlimits.audit.figure_files import inline_svg, render
 from normlimits.audit.html_page import esc, number, page, table, value_text
 from normlimits.audit.report import honesty_line
 from normlimits.claims.schema import read_document, SCHEMA_VERSION, SchemaError, validate
-from normlimits.core.outputs import check_target_text, FolderOutput, OutputError, read_manifest
+from normlimits.core.outputs import (check_target_text, folder_argument, FolderOutput, OutputError,
+                                     read_manifest)
 
 __all__ = ["PROG", "CompareError", "FACTS", "STATISTICS", "CURVE_AXES", "load_audit", "column_names",
            "claim_rows", "statistics_frame", "verdict_frame", "settings_rows", "curve",
@@ -342,7 +343,7 @@ def parser() -> argparse.ArgumentParser:
                                "figures; writes compare.json, compare.html and the figures.")
     p.add_argument("audits", nargs="+", metavar="AUDIT_DIR",
                    help="folders written by normlimits audit (or their audit.json), two or more")
-    p.add_argument("--out", required=True, help="output folder: new, empty, or an earlier comparison")
+    p.add_argument("--out", required=True, type=folder_argument("--out"), help="output folder: new, empty, or an earlier comparison")
     p.add_argument("--force", action="store_true",
                    help="replace an earlier comparison in --out even if it was changed since (the "
                         "old folder is moved aside to OUT.previous-<time>)")
@@ -350,7 +351,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(paths: Sequence[Path], out: Path, *, force: bool = False) -> dict:
+def run(paths: Sequence[Path], out: str | Path, *, force: bool = False) -> dict:
     """Compare the audits of ``paths`` and write the output folder ``out``; returns the
     ``compare.json`` document. Raises :class:`CompareError` (a bad audit) or
     :class:`normlimits.core.outputs.OutputError` (an output that cannot be written)."""
@@ -359,7 +360,8 @@ def run(paths: Sequence[Path], out: Path, *, force: bool = False) -> dict:
     matplotlib.use("Agg")
     if len(paths) < 2:
         raise CompareError(f"got {len(paths)} audit folder; pass two or more AUDIT_DIR to compare")
-    output = FolderOutput(check_target_text(str(out), "--out"), tool=PROG, option="--out", force=force)
+    output = FolderOutput(check_target_text(out if isinstance(out, str) else str(out), "--out"),
+                          tool=PROG, option="--out", force=force)
     with output:
         loaded = [load_audit(Path(p)) for p in paths]
         docs = [d for d, _, _ in loaded]
@@ -385,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
-        result = run([Path(a) for a in args.audits], Path(args.out), force=args.force)
+        result = run([Path(a) for a in args.audits], args.out, force=args.force)
     except (CompareError, OutputError) as exc:
         p.error(str(exc))
     if not args.quiet:

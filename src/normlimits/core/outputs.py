@@ -5,9 +5,11 @@ Two shapes of output share this machinery:
 - a **folder** (``normlimits audit --out DIR``): :class:`FolderOutput` writes every file into a
   fresh temporary folder beside ``DIR`` (``.DIR.tmp-*``), writes ``manifest.json`` last (the tool,
   the time, every file with its size and sha256), and moves the folder into place as a whole
-  (an atomic exchange where the system has one). Until then ``DIR`` is untouched; an interrupt
-  leaves the old folder intact (the temporary one is removed, or, after a kill, left hidden
-  beside it and removed by the next run).
+  (an earlier output is first renamed to ``DIR.previous-<time>``, then the new folder to ``DIR``;
+  see :meth:`FolderOutput.commit`). Until then ``DIR`` is untouched; a failure or an interrupt
+  leaves the old folder intact at ``DIR`` (or, where it cannot be moved back, at the
+  ``DIR.previous-<time>`` the message names); the temporary one is removed, or, after a kill,
+  left hidden beside it and removed by the next run.
 - a **file** (``python -m normlimits.experiments.bench --output FILE``): :class:`FileOutput` writes a
   temporary file beside it and renames it into place.
 
@@ -23,8 +25,6 @@ folders get the permissions the user's umask gives (not mkstemp's 0600).
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import hashlib
 import json
@@ -39,7 +39,7 @@ from normlimits.core.cache import file_sha256 as _sha256
 from normlimits.core.cache import atomic_write_bytes, umask_mode
 
 __all__ = ["OutputError", "FolderOutput", "FileOutput", "MANIFEST", "read_manifest",
-           "umask_mode", "check_target_text"]
+           "umask_mode", "check_target_text", "folder_argument"]
 
 MANIFEST = "manifest.json"
 #: marks a temporary folder as this module's (so a later run may remove it after a kill)
@@ -58,6 +58,23 @@ def check_target_text(text: str, option: str) -> Path:
         raise OutputError(f"{option} is empty: pass the path of the output "
                           f"(e.g. {option} audit-out); an empty value would mean the current folder.")
     return Path(str(text)).expanduser()
+
+
+def folder_argument(option: str = "--out") -> Callable[[str], Path]:
+    """The argparse ``type=`` of an output-folder option, shared by every command that writes
+    one (``audit --out``, ``compare --out``): the raw text is checked by
+    :func:`check_target_text` before anything turns it into a path (``Path('')`` would already
+    be ``.``, the current folder)."""
+    import argparse
+
+    def parse(text: str) -> Path:
+        try:
+            return check_target_text(text, option)
+        except OutputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = "folder"
+    return parse
 
 
 def read_manifest(folder: Path) -> dict | None:
@@ -128,22 +145,6 @@ class _Lock:
         self.fd = None
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, exchange = -100, 2
-    result = renameat2(at_fdcwd, os.fsencode(str(a)), at_fdcwd, os.fsencode(str(b)), exchange)
-    if result == 0:
-        return True
-    if ctypes.get_errno() in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
-        return False
-    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(b))
-
-
 def _stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
 
@@ -205,6 +206,14 @@ class FolderOutput:
                            f"to finish, or pass another {self.option}")
 
     def _check_shape(self) -> None:
+        try:
+            here = Path(os.getcwd()).resolve()
+        except OSError:                     # the current folder was removed: nothing to protect
+            here = None
+        if here is not None and (here == self.target.resolve() or self.target.resolve() in here.parents):
+            raise self._error("is the current folder (or holds it), which the output would replace; "
+                              f"pass a new folder, e.g. {self.option} "
+                              f"{Path(self.shown or '.') / 'out'}")
         if self.target.exists() and not self.target.is_dir():
             raise self._error(f"is a file, not a folder; pass a folder path ({self.option} "
                               "is created if missing)")
@@ -234,9 +243,16 @@ class FolderOutput:
         self._keep_old = bool(changed) or self.force
 
     def _remove_stale(self) -> None:
-        """Temporary folders of earlier runs that were killed (marked, and we hold the lock)."""
+        """Temporary folders of earlier runs that were killed (we hold the lock): marked as
+        partial, or complete outputs of this tool that a kill stopped before they were moved into
+        place (their files exactly as their manifest lists them; anything else is kept)."""
         for entry in self.target.parent.glob(f".{self.target.name}.tmp-*"):
-            if entry.is_dir() and (entry / PARTIAL_MARK).is_file():
+            if not entry.is_dir() or entry.is_symlink():
+                continue
+            manifest = read_manifest(entry)
+            if (entry / PARTIAL_MARK).is_file() or (
+                    manifest is not None and manifest.get("tool") == self.tool
+                    and not _changes(entry, manifest)):
                 shutil.rmtree(entry, ignore_errors=True)
 
     # ------------------------------------------------------------------ writing
@@ -257,54 +273,116 @@ class FolderOutput:
         return self.target / name
 
     def commit(self) -> Path:
-        """Write the manifest last and move the folder into place; returns the target."""
+        """Write the manifest last and move the folder into place; returns the target.
+
+        Replacing a folder that holds an earlier output takes two renames: the old folder to
+        ``DIR.previous-<time>`` first, then the new one to ``DIR``. The old folder is therefore
+        never at a path the clean-up removes (the temporary folder only ever holds the new
+        output), whatever fails or is interrupted: a failure of the first rename leaves
+        everything as it was; a failure or interrupt after it moves the old folder back to
+        ``DIR``, or, where that fails too, says where it is. Only an unchanged earlier output
+        (its own files, exactly as its manifest lists them) is deleted, and only after the new
+        output is in place.
+        """
         tmp = self.folder
         manifest = {"tool": self.tool, "format": 1,
                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "files": self.files}
-        (tmp / PARTIAL_MARK).unlink()
-        with open(tmp / MANIFEST, "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=2, sort_keys=True)
-            handle.write("\n")
         try:
+            with open(tmp / MANIFEST, "w", encoding="utf-8") as handle:
+                json.dump(manifest, handle, indent=2, sort_keys=True)
+                handle.write("\n")
+            (tmp / PARTIAL_MARK).unlink()
             self._check_shape()
             self._check_replaceable()          # again: the target may have changed meanwhile
-            if self.target.exists() and any(os.scandir(self.target)):
-                self._replace(tmp)
-            else:
-                os.replace(tmp, self.target)   # onto a missing or empty folder
         except OSError as exc:
             self.abort()
-            raise self._error(f"cannot be moved into place ({exc.strerror}); nothing was "
-                              "changed there") from None
+            raise self._error(f"cannot be written ({exc.strerror}); nothing was changed there") from None
         except BaseException:
             self.abort()
             raise
+        if self.target.exists() and any(os.scandir(self.target)):
+            self._replace(tmp)
+            return self.target
+        else:
+            try:
+                os.replace(tmp, self.target)   # onto a missing or empty folder
+            except OSError as exc:
+                self.abort()
+                raise self._error(f"cannot be moved into place ({exc.strerror}); nothing was "
+                                  "changed there") from None
+            except BaseException:
+                self.abort()
+                raise
         self._tmp = None
         self._lock.release()
         return self.target
 
-    def _replace(self, tmp: Path) -> None:
+    def _aside_path(self) -> Path:
         aside = self.target.with_name(f"{self.target.name}.previous-{_stamp()}")
         n = 1
         while aside.exists():
             aside = self.target.with_name(f"{self.target.name}.previous-{_stamp()}-{n}")
             n += 1
-        if _exchange(tmp, self.target):            # tmp now holds the old folder
-            os.rename(tmp, aside)
-        else:
+        return aside
+
+    def _replace(self, tmp: Path) -> None:
+        """Move the earlier output aside, then ``tmp`` into place (see :meth:`commit`)."""
+        aside = self._aside_path()
+        try:
             os.rename(self.target, aside)
+        except OSError as exc:                      # nothing moved: the old folder is at DIR
+            self.abort()
+            raise self._error(f"the earlier folder cannot be moved aside to {aside.name} "
+                              f"({exc.strerror}); nothing was changed there") from None
+        except BaseException:
+            self._put_back(aside)                   # an interrupt may land after the rename
+            self.abort()
+            raise
+        try:
             os.rename(tmp, self.target)
+        except BaseException as exc:               # the old folder is at ``aside``: put it back
+            back = self._put_back(aside)
+            self.abort()
+            if not isinstance(exc, OSError):
+                raise
+            if back:
+                raise self._error(f"cannot be moved into place ({exc.strerror}); nothing was "
+                                  "changed there") from None
+            raise self._error(f"cannot be moved into place ({exc.strerror}); the earlier folder "
+                              f"is kept at {aside} (it could not be moved back)") from None
+        self._tmp = None                           # committed: nothing is cleaned up from here on
+        self._lock.release()
         if self._keep_old:
             self.aside = aside
-        else:                                      # an unchanged earlier output: its own files
-            shutil.rmtree(aside, ignore_errors=True)
+            return
+        try:                                       # an unchanged earlier output: its own files
+            shutil.rmtree(aside)
+        except OSError:
+            self.aside = aside                     # kept, and said so, rather than half-deleted
+
+    def _put_back(self, aside: Path) -> bool:
+        """Move the old folder from ``aside`` back to the target (after a failed or interrupted
+        commit); True when the target holds it again (or it never left)."""
+        if not aside.exists():
+            return self.target.exists()
+        try:
+            if self.target.exists() and not any(os.scandir(self.target)):
+                os.rmdir(self.target)
+            os.rename(aside, self.target)
+            return True
+        except OSError:
+            return False
 
     def abort(self) -> None:
         """Remove the temporary folder and release the lock; the target is as it was."""
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-        self._lock.release()
+        tmp, self._tmp = self._tmp, None
+        try:
+            if tmp is not None:             # only ever the new output, never the earlier folder
+                shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:                     # left hidden; the next run removes it (_remove_stale)
+            pass
+        finally:
+            self._lock.release()
 
     def __enter__(self) -> "FolderOutput":
         return self
