@@ -133,11 +133,13 @@ def test_a_differing_verdict_is_marked_and_the_tables_are_shared(audits):
     other = _regraded(doc, "NU", {**nu, "exponent": -0.1})
     assert next(r for r in other["rows"] if r["id"] == "NU")["verdict"] != \
         next(r for r in doc["rows"] if r["id"] == "NU")["verdict"]
+    assert other["provenance"]["results_sha256"] == doc["provenance"]["results_sha256"]
     result = compare.comparison([doc, other], ["a", "b"], [Path("a"), Path("b")], [True, False])
     flags = {c["id"]: c["verdicts_differ"] for c in result["claims"]}
     assert flags == {"NU": True, "C1": False, "F4": False, "EPS": False}
-    assert result["differing_settings"] == [] and result["identical_results"] is True, \
-        "the recorded results hash is compared, not recomputed"
+    assert result["differing_settings"] == [] and result["identical_results"] is False, \
+        "the results hash is recomputed from the rows, never trusted (issue 50, item 4)"
+    assert result["audits"][0]["results_sha256"] != result["audits"][1]["results_sha256"]
     frame = compare.statistics_frame([doc, other], ["a", "b"])
     assert frame.loc["largest-weight exponent in L (median head)"].tolist() == [nu["exponent"], -0.1]
     assert frame.loc["critical N / L at the largest L"].tolist() == [None, None]
@@ -176,3 +178,77 @@ def test_bad_audits_are_refused_naming_them(audits, tmp_path, capsys):
     err = error(audits["gpt2"], old)
     assert "schema_version: missing" in err and "Run the audit again" in err
     assert not (tmp_path / "o").exists()
+
+
+def _copy_without_manifest(source: Path, folder: Path, edit) -> Path:
+    """A copy of the audit folder ``source`` with its ``manifest.json`` deleted and its
+    ``audit.json`` text changed by ``edit`` (text -> text)."""
+    folder.mkdir()
+    for f in source.iterdir():
+        if f.name != "manifest.json":
+            (folder / f.name).write_bytes(f.read_bytes())
+    (folder / "audit.json").write_text(edit((folder / "audit.json").read_text()))
+    return folder
+
+
+def test_an_audit_edited_by_hand_is_never_reported_identical(audits, tmp_path, capsys):
+    """Issue 50, item 4: one verdict edited, the manifest deleted: refused as edited; re-signed
+    (its results_sha256 recomputed by the editor too): compared, and its results differ."""
+    from normlimits.audit.provenance import results_sha256
+
+    def flip(text: str) -> str:
+        doc = json.loads(text)
+        doc["rows"][0]["verdict"] = "refuted" if doc["rows"][0]["verdict"] != "refuted" else "supported"
+        return json.dumps(doc, indent=2, sort_keys=True)
+
+    edited = _copy_without_manifest(audits["gpt2"], tmp_path / "edited", flip)
+    with pytest.raises(SystemExit) as exc:
+        compare.main([str(audits["gpt2"]), str(edited), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "edited.audit.json was edited after it was written" in err.replace("/", ".")
+    assert "its rows give the results sha256" in err and not (tmp_path / "o").exists()
+
+    def flip_and_sign(text: str) -> str:
+        doc = json.loads(flip(text))
+        doc["provenance"]["results_sha256"] = results_sha256(doc["rows"])
+        return json.dumps(doc, indent=2, sort_keys=True)
+
+    signed = _copy_without_manifest(audits["gpt2"], tmp_path / "signed", flip_and_sign)
+    assert compare.main([str(audits["gpt2"]), str(signed), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "results identical: no" in out and "results identical: yes" not in out, out
+    result = json.loads((tmp_path / "o" / "compare.json").read_text())
+    assert result["identical_results"] is False and result["claims"][0]["verdicts_differ"]
+    assert [a["verified"] for a in result["audits"]] == [True, False]
+
+
+def test_an_audit_holding_nan_is_refused_and_compare_json_is_strict(audits, tmp_path, capsys,
+                                                                    monkeypatch):
+    """Issue 50, item 5: read as strictly as the audit writes (no NaN), and compare.json is never
+    written with a bare NaN."""
+    def nan_value(text: str) -> str:
+        doc = json.loads(text)
+        doc["rows"][0]["value"] = float("nan")
+        return json.dumps(doc, indent=2, sort_keys=True)
+
+    holding = _copy_without_manifest(audits["gpt2"], tmp_path / "nan", nan_value)
+    assert "NaN" in (holding / "audit.json").read_text()
+    with pytest.raises(SystemExit) as exc:
+        compare.main([str(audits["gpt2"]), str(holding), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "is not readable strict JSON (it holds NaN, which is not JSON" in err, err
+    assert not (tmp_path / "o").exists()
+
+    real = compare.comparison
+
+    def with_nan(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result["claims"][0]["cells"][0]["value"] = float("nan")
+        return result
+
+    monkeypatch.setattr(compare, "comparison", with_nan)
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        compare.run([audits["gpt2"], audits["llama"]], tmp_path / "o2")
+    assert not (tmp_path / "o2").exists()

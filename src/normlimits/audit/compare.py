@@ -4,9 +4,10 @@
 
     normlimits compare audit-gpt2 audit-pythia audit-mine --out compare-out
 
-Reads each folder's ``audit.json`` (validated against its schema, :mod:`normlimits.claims.schema`, and
-checked against the sha256 its folder's ``manifest.json`` recorded, so an edited result is
-refused), and writes, as one transaction (:class:`normlimits.core.outputs.FolderOutput`, as the audit):
+Reads each folder's ``audit.json`` (strictly: ``NaN`` is refused as the audit never writes it;
+validated against its schema, :mod:`normlimits.claims.schema`; its ``results_sha256`` recomputed
+from its rows, and its bytes checked against the sha256 its folder's ``manifest.json`` recorded, so
+an edited result is refused, with or without its manifest), and writes, as one transaction (:class:`normlimits.core.outputs.FolderOutput`, as the audit):
 
 - ``compare.json`` (schema ``compare``): the audits (name, path, model, ``results_sha256``),
   whether their results are identical, one entry per claim with each audit's verdict and value and
@@ -37,7 +38,7 @@ import numpy as np
 from normlimits.audit.figure_files import inline_svg, render
 from normlimits.audit.html_page import esc, number, page, table, value_text
 from normlimits.audit.report import honesty_line
-from normlimits.claims.schema import read_document, SCHEMA_VERSION, SchemaError, validate
+from normlimits.claims.schema import SCHEMA_VERSION, SchemaError, validate
 from normlimits.core.outputs import (check_target_text, folder_argument, FolderOutput, OutputError,
                                      read_manifest)
 
@@ -83,30 +84,58 @@ CURVE_AXES = {
 
 
 # ------------------------------------------------------------------------------ reading audits
+def _reject_constant(token: str):
+    raise ValueError(f"it holds {token}, which is not JSON (the audit never writes it)")
+
+
+def read_strict(file: Path, remedy: str) -> dict:
+    """The JSON document in ``file``, read as strictly as the audit writes it (``allow_nan=False``):
+    ``NaN``, ``Infinity`` and ``-Infinity`` are refused, as is anything that is not JSON."""
+    try:
+        return json.loads(file.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise CompareError(f"{file} is not readable strict JSON ({exc}). {remedy}") from None
+
+
+def recorded_and_actual_hash(doc: Mapping) -> tuple[str, str]:
+    """The ``results_sha256`` an audit document records, and the one its rows give now
+    (:func:`normlimits.audit.provenance.results_sha256`)."""
+    from normlimits.audit.provenance import results_sha256
+
+    return str(doc["provenance"]["results_sha256"]), results_sha256(doc["rows"])
+
+
 def load_audit(path: Path) -> tuple[dict, Path, bool]:
-    """The audit document of ``path`` (an audit folder or its ``audit.json``), validated against
-    its schema; returns (document, the file read, whether its folder's manifest vouched for it).
-    A file whose bytes differ from the sha256 its manifest recorded is refused."""
+    """The audit document of ``path`` (an audit folder or its ``audit.json``), read strictly (no
+    NaN) and validated against its schema; returns (document, the file read, whether its folder's
+    manifest vouched for it). Refused: a file whose bytes differ from the sha256 its manifest
+    recorded, and one whose rows do not give the ``results_sha256`` it records (edited after it
+    was written, with or without its manifest)."""
     path = Path(path)
     file = path / "audit.json" if path.is_dir() else path
     remedy = "Pass a folder written by normlimits audit (or its audit.json)."
+    again = "compare audits as they were written: run the audit again."
     if not file.is_file():
         raise CompareError(f"{path}: no audit.json there. {remedy}")
+    doc = read_strict(file, "Run the audit again.")
     try:
-        doc = read_document(file, "audit", remedy="Run the audit again with this normlimits to "
-                            "write it in the current format.")
+        validate(doc, "audit", source=str(file), remedy="Run the audit again with this normlimits "
+                 "to write it in the current format.")
     except SchemaError as exc:
         raise CompareError(str(exc)) from None
     manifest = read_manifest(file.parent)
     listed = (manifest or {}).get("files", {}).get(file.name) if manifest else None
-    if listed is None:
-        return doc, file, False
-    actual = hashlib.sha256(file.read_bytes()).hexdigest()
-    if actual != listed.get("sha256"):
-        raise CompareError(f"{file} was changed after the audit wrote it (its sha256 is "
-                           f"{actual[:16]}..., manifest.json recorded {str(listed.get('sha256'))[:16]}...); "
-                           "compare audits as they were written: run the audit again.")
-    return doc, file, True
+    if listed is not None:
+        actual = hashlib.sha256(file.read_bytes()).hexdigest()
+        if actual != listed.get("sha256"):
+            raise CompareError(f"{file} was changed after the audit wrote it (its sha256 is "
+                               f"{actual[:16]}..., manifest.json recorded "
+                               f"{str(listed.get('sha256'))[:16]}...); {again}")
+    recorded, actual_rows = recorded_and_actual_hash(doc)
+    if recorded != actual_rows:
+        raise CompareError(f"{file} was edited after it was written: its rows give the results "
+                           f"sha256 {actual_rows[:16]}..., the file records {recorded[:16]}...; {again}")
+    return doc, file, listed is not None
 
 
 def column_names(paths: Sequence[Path]) -> list[str]:
@@ -268,11 +297,11 @@ def comparison(docs: Sequence[Mapping], names: Sequence[str], files: Sequence[Pa
                        "cells": [None if r is None else {"verdict": r["verdict"], "value": r["value"]}
                                  for r in per]})
     settings = settings_rows(docs)
-    hashes = [d["provenance"]["results_sha256"] for d in docs]
+    hashes = [recorded_and_actual_hash(d)[1] for d in docs]     # from the rows, never trusted
     return {"schema_version": SCHEMA_VERSION, "tool": PROG,
             "audits": [{"name": n, "path": str(f), "model": d["model"]["label"],
-                        "results_sha256": d["provenance"]["results_sha256"], "verified": bool(v)}
-                       for n, f, d, v in zip(names, files, docs, verified)],
+                        "results_sha256": h, "verified": bool(v)}
+                       for n, f, d, v, h in zip(names, files, docs, verified, hashes)],
             "identical_results": len(set(hashes)) == 1, "claims": claims, "settings": settings,
             "differing_settings": [s["setting"] for s in settings if s["differs"]], "figures": {}}
 
@@ -375,7 +404,8 @@ def run(paths: Sequence[Path], out: str | Path, *, force: bool = False) -> dict:
         for y, files in figures.items():
             for kind, data in files.items():
                 output.write(f"{y}.{kind}", data)
-        output.write("compare.json", (json.dumps(result, indent=2, sort_keys=True) + "\n").encode())
+        output.write("compare.json", (json.dumps(result, indent=2, sort_keys=True, allow_nan=False)
+                                      + "\n").encode())
         svgs = {y: inline_svg(figures[y]["svg"], y, CURVE_AXES[y]["title"]) for y in figures}
         output.write("compare.html", compare_html(result, docs, svgs).encode())
         output.commit()
