@@ -205,7 +205,7 @@ def test_temperature_study_caches_each_run_atomically(isolated_cache, monkeypatc
     assert not first.from_cache and first.temperatures == [0.5, 2.0] and first.seeds == [0, 1]
     files = sorted((isolated_cache / "temperature-training").glob("*.json"))
     assert len(files) == 4                                   # one file per (T, seed)
-    assert not list((isolated_cache / "temperature-training").glob(".tmp-*"))
+    assert not list((isolated_cache / "temperature-training").glob(".*tmp-*"))
     second = TT.temperature_study(corpus, (0.5, 2.0), (0, 1), **kwargs)
     assert second.from_cache
     assert [r.losses for r in second.runs] == [r.losses for r in first.runs]

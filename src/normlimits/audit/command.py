@@ -190,6 +190,12 @@ def _load(args):
         raise AuditError(f"--length {length}: the yardsticks need windows of at least "
                          f"{MIN_LENGTH} tokens; pass --length {MIN_LENGTH} or more")
     if length > context:
+        full = full_context(loaded)
+        if full > context:                    # a sliding window bounds it, not the context
+            raise AuditError(f"--length {length}: the model {loaded.name} attends over a sliding "
+                             f"window of {context} tokens in some layers (its context is {full:,} "
+                             "tokens), and the yardsticks need every layer to see every earlier "
+                             f"key; pass --length {context} or less")
         raise AuditError(f"--length {length}: the model {loaded.name} has a context of {context} "
                          f"tokens; pass --length {context} or less")
     try:
@@ -301,10 +307,30 @@ def audit(args, argv: Sequence[str] | None = None) -> dict:
     start = time.perf_counter()
     say = (lambda message: None) if args.quiet else \
         (lambda message: print(f"[audit] {message}", file=sys.stderr, flush=True))
+    try:
+        configure_torch()                     # a bad NORMLIMITS_THREADS is named now, exit 2
+    except SettingError as exc:
+        raise AuditError(str(exc)) from None
     output = _prepare_out(args.out, getattr(args, "force", False))
     argv = list(sys.argv[1:] if argv is None else argv)
     with output:
         return _audit(args, output, start, say, argv)
+
+
+def full_context(loaded) -> int:
+    """The model's context (``max_position_embeddings``), which a sliding window may exceed:
+    :attr:`LoadedModel.max_positions` is the shorter of the two."""
+    config = getattr(loaded, "text_config", None)
+    return int(getattr(config, "max_position_embeddings", None) or loaded.max_positions)
+
+
+def _window_notes(loaded) -> list[str]:
+    full, window = full_context(loaded), int(loaded.max_positions)
+    if full <= window:
+        return []
+    return [f"Some of its layers attend over a sliding window of {window} tokens (its context is "
+            f"{full:,}): the audit's windows are at most {window} tokens, so that every layer sees "
+            "every earlier key."]
 
 
 def model_block(loaded) -> dict:
@@ -314,9 +340,9 @@ def model_block(loaded) -> dict:
             "family": loaded.family, "positions": positions_of(loaded.model.config),
             "n_params": int(loaded.n_params), "layers": int(loaded.n_layers),
             "heads": int(loaded.n_heads), "kv_heads": int(loaded.n_kv_heads),
-            "d_head": int(loaded.d_head), "context": int(loaded.max_positions),
+            "d_head": int(loaded.d_head), "context": full_context(loaded),
             "tokenizer": loaded.tokenizer_kind, "is_paper_model": bool(loaded.is_paper_model),
-            "notes": list(loaded.notes)}
+            "notes": [*loaded.notes, *_window_notes(loaded)]}
 
 
 def _provenance(argv, loaded, corpus, config: AuditConfig, count: int, started: str,
@@ -384,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         doc = audit(args, argv)
-    except AuditError as exc:
+    except (AuditError, OutputError, SettingError) as exc:   # a setting, or a full disk: named
         p.error(str(exc))
     for r in doc["rows"]:
         print(f"{r['id']:4s} {r['verdict']:15s} {r['statistic']} = {_fmt(r['value'])}")

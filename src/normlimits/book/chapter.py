@@ -222,6 +222,26 @@ def banner(loaded: LoadedModel, corpus: Corpus, windows: int) -> ProvenanceBanne
                             f"{windows} windows per measurement.", why_this_model(loaded))
 
 
+def check_window_count(loaded, corpus, count: int, *, from_setting: bool = True) -> None:
+    """Refuse, before any computing, a window count the corpus cannot hold at the chapters'
+    longest window, ``min(MAX_LENGTH, the model's context)`` tokens (their sweeps end there):
+    :class:`SettingError` naming ``NORMLIMITS_WINDOWS`` (``from_setting``) or the window count,
+    with the largest count that fits."""
+    from normlimits.core.protocol import MAX_LENGTH
+    from normlimits.core.settings import WINDOWS_ENV, SettingError
+    from normlimits.model.corpus import corpus_tokens
+
+    length = min(MAX_LENGTH, int(loaded.max_positions))
+    n_tokens = len(corpus_tokens(loaded, corpus))
+    fits = n_tokens // length
+    if count > max(fits, 1):
+        named = f"{WINDOWS_ENV}={count}" if from_setting else f"the window count {count}"
+        raise SettingError(f"{named}: {count:,} windows of L={length} tokens (the chapters' "
+                           f"longest windows) do not fit in the corpus ({n_tokens:,} tokens): at "
+                           f"most {fits:,} distinct windows fit. Set {WINDOWS_ENV} to {fits:,} or "
+                           "fewer, or point NORMLIMITS_CORPUS at a longer text.")
+
+
 def start_chapter(chapter: str, model: str | None = None, windows: int | None = None,
                   show: bool = True, offline: str | None = None,
                   offline_reason: str = "") -> ChapterContext:
@@ -241,6 +261,7 @@ def start_chapter(chapter: str, model: str | None = None, windows: int | None = 
     loaded = load_model(model, offline=offline, offline_reason=offline_reason)
     corpus = load_corpus()
     ctx = ChapterContext(chapter, loaded, corpus, window_count(windows))
+    check_window_count(loaded, corpus, ctx.window_count, from_setting=windows is None)
     if show:
         from IPython.display import display
 

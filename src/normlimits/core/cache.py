@@ -1,8 +1,9 @@
 """Atomic writes into the project's cache: nothing half-written is ever left behind.
 
 Every writer puts its bytes under a temporary name in the destination's own folder, then renames
-it into place with ``os.replace`` (atomic on POSIX); a crash leaves at most a ``.tmp-*`` file that no
-reader ever opens. So an entry that exists is complete, and readers need no lock; writers hold
+it into place with ``os.replace`` (atomic on POSIX); a crash leaves at most a ``.NAME.tmp-*`` file or
+folder that no reader ever opens, and the next writer of that entry removes it when it takes the
+entry's lock (:func:`remove_stale_temporaries`). So an entry that exists is complete, and readers need no lock; writers hold
 :func:`writer_lock`, which on a read-only cache refuses with the folder's name. A damaged entry (a
 file altered after it was written) is named by :func:`read_json_entry` or by its owner's verifier
 (the stand-in's checksums), with the remedy: delete it to recompute it.
@@ -10,6 +11,7 @@ file altered after it was written) is named by :func:`read_json_entry` or by its
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -25,6 +27,51 @@ from normlimits.core.settings import CACHE_ENV, SettingError, cache_dir
 class CacheError(SettingError):
     """A cache entry is damaged, or the cache cannot be written where a write is needed; the
     message names the file or folder and the remedy."""
+
+
+#: the errors of a full disk (or quota)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+#: the setting of the capture cache's folder (:mod:`normlimits.model.capture_cache`)
+CAPTURE_CACHE_ENV = "NORMLIMITS_CAPTURE_CACHE"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the quota) is full: an ``OSError`` with ENOSPC/EDQUOT, or
+    another library's error quoting the system's words (safetensors raises its own type)."""
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+        return True
+    return any(os.strerror(code) in str(exc) for code in DISK_FULL)
+
+
+class DiskFullError(CacheError):
+    """The disk (or quota) filled up while a file was written; the message names the folder and
+    the setting that chose it."""
+
+
+def _setting_of(path: Path) -> str | None:
+    """The setting that chose the folder of ``path`` (the capture cache's, the ledger's or the
+    cache's), or None for a folder no setting chose."""
+    path = Path(os.path.abspath(path))
+    folders = {CAPTURE_CACHE_ENV: os.environ.get(CAPTURE_CACHE_ENV, ""),
+               "NORMLIMITS_LEDGER_DIR": os.environ.get("NORMLIMITS_LEDGER_DIR", ""),
+               CACHE_ENV: os.environ.get(CACHE_ENV, "") or str(Path.home() / ".cache" / "normlimits")}
+    for setting, raw in folders.items():
+        if raw.strip() and Path(os.path.abspath(Path(raw.strip()).expanduser())) in path.parents:
+            return setting
+    if "captures" in path.parts:               # the capture cache's default, _build/captures
+        return CAPTURE_CACHE_ENV
+    return None
+
+
+def disk_full_error(path: Path, exc: BaseException) -> DiskFullError:
+    """One message for a full disk: the folder, what was being written, the setting that chose
+    the folder (where one did) and the remedy."""
+    path = Path(path)
+    setting = _setting_of(path)
+    where = f", or set {setting} to a folder on a disk with room" if setting else ""
+    return DiskFullError(f"the disk holding the folder {path.parent} is full (no space left on "
+                         f"device) while writing {path.name}; nothing half-written was kept. "
+                         f"Free space there{where}.")
 
 
 def key_digest(key: dict[str, Any]) -> str:
@@ -67,7 +114,40 @@ def writer_lock(entry: Path, what: str) -> Iterator[None]:
 
     with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        remove_stale_temporaries(entry)
         yield
+
+
+def temporary_prefix(entry: Path) -> str:
+    """The name every temporary of ``entry`` starts with (``.NAME.tmp-``), beside it: a writer's
+    file or folder before it is renamed into place."""
+    return f".{Path(entry).name}.tmp-"
+
+
+def remove_stale_temporaries(entry: Path) -> list[Path]:
+    """Remove the temporaries of ``entry`` (:func:`temporary_prefix`) that writers killed before
+    they finished left behind (a killed conversion leaves a folder of about 1 GB); called by
+    :func:`writer_lock` once it holds the entry's lock, when no live writer of it can exist.
+    Returns what was removed."""
+    entry = Path(entry)
+    removed = []
+    for stale in entry.parent.glob(f"{glob_escape(temporary_prefix(entry))}*"):
+        try:
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink()
+            removed.append(stale)
+        except OSError:
+            pass                     # another user's, or a read-only folder: left as it is
+    return removed
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob's special characters escaped."""
+    import glob
+
+    return glob.escape(text)
 
 
 def read_json_entry(path: Path, what: str, remedy: str = "delete it to recompute it") -> Any:
@@ -105,14 +185,16 @@ def umask_mode(base: int = 0o666) -> int:
 def _atomic_file(path: Path, write: Callable[[Path], None]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), dir=path.parent)
     os.close(fd)
     try:
         write(Path(tmp))
         os.chmod(tmp, umask_mode(0o666))      # readable as the umask says, not mkstemp's 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full_error(path, exc) from None
         raise
     return path
 
@@ -149,19 +231,21 @@ def atomic_save_dir(directory: Path, fill: Callable[[Path], None]) -> Path:
     """
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=directory.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(directory), dir=directory.parent))
     try:
         os.chmod(tmp, umask_mode(0o777))      # as mkdir would make it, not mkdtemp's 0700
         fill(tmp)
         if directory.exists():
-            old = Path(tempfile.mkdtemp(prefix=".old-", dir=directory.parent))
+            old = Path(tempfile.mkdtemp(prefix=temporary_prefix(directory), dir=directory.parent))
             os.replace(directory, old / "x")
             os.replace(tmp, directory)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, directory)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(exc):
+            raise disk_full_error(directory, exc) from None
         raise
     return directory
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 from normlimits.core.cache import file_sha256 as _sha256
-from normlimits.core.cache import atomic_write_bytes, umask_mode
+from normlimits.core.cache import DISK_FULL, DiskFullError, atomic_write_bytes, umask_mode
 
 __all__ = ["OutputError", "FolderOutput", "FileOutput", "MANIFEST", "read_manifest",
            "umask_mode", "check_target_text", "folder_argument"]
@@ -267,8 +267,17 @@ class FolderOutput:
         if "/" in name or name in (MANIFEST, PARTIAL_MARK, "", ".", ".."):
             raise ValueError(f"not a plain output file name: {name!r}")
         path = self.folder / name
-        with open(path, "wb") as handle:
-            handle.write(data)
+        try:
+            with open(path, "wb") as handle:
+                handle.write(data)
+        except OSError as exc:
+            self.abort()                       # the partial output is removed, the target kept
+            if exc.errno in DISK_FULL:
+                raise self._error(f"the disk holding {self.target.parent} is full (no space left "
+                                  f"on device) while writing {name}; nothing was changed there. "
+                                  f"Free space there, or pass another {self.option}") from None
+            raise self._error(f"{name} cannot be written in {self.target.parent} "
+                              f"({exc.strerror}); nothing was changed there") from None
         self.files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         return self.target / name
 
@@ -436,6 +445,10 @@ class FileOutput:
         """Write ``data`` atomically into place and release the lock; returns the path."""
         try:
             return atomic_write_bytes(self.target, data)
+        except DiskFullError:
+            raise self._error(f"the disk holding {self.target.parent} is full (no space left on "
+                              f"device); nothing was written. Free space there, or pass another "
+                              f"{self.option}") from None
         except OSError as exc:
             raise self._error(f"cannot be written ({exc.strerror})") from None
         finally:

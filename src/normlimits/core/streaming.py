@@ -195,6 +195,8 @@ class Lockstep:
         if failure is not None:
             raise failure
         for name, consumer in self._consumers.items():
+            if consumer.error is not None and not isinstance(consumer.error, Exception):
+                raise consumer.error             # a Ctrl-C (or exit) is not a workload's failure
             if consumer.error is not None:
                 raise RuntimeError(f"bench workload {name!r} failed: {consumer.error!r}") \
                     from consumer.error

@@ -164,7 +164,7 @@ def prepare_cache(dest: Path, real_cache: Path | None) -> Path:
     for name in CACHED_RESULTS:
         source = Path(real_cache) / name if real_cache is not None else None
         if source is not None and source.is_dir():
-            shutil.copytree(source, cache / name, ignore=shutil.ignore_patterns("*.lock", ".tmp-*", ".old-*"))
+            shutil.copytree(source, cache / name, ignore=shutil.ignore_patterns("*.lock", ".tmp-*", ".old-*", ".*.tmp-*"))
     return cache
 
 
