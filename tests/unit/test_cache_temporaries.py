@@ -42,3 +42,18 @@ def test_taking_the_lock_removes_the_dead_writers_temporaries_of_that_entry_only
         assert not killed.exists() and not (folder / ".abc123.tmp-f1le").exists()
         assert other.is_dir() and (folder / "abc123x").is_dir()
     assert sorted(p.name for p in folder.iterdir()) == [".def456.tmp-l1ve", "abc123.lock", "abc123x"]
+
+
+def test_a_cached_folder_follows_the_umask_even_where_its_writer_used_0600(tmp_path):
+    """transformers' save_pretrained writes model.safetensors with mode 0600; every other cache
+    file follows the umask, so the converted weights do too."""
+    import os
+
+    def fill(tmp):
+        (tmp / "model.safetensors").write_bytes(b"w")
+        os.chmod(tmp / "model.safetensors", 0o600)
+        (tmp / "sub").mkdir(mode=0o700)
+
+    entry = cache.atomic_save_dir(tmp_path / "conv", fill)
+    assert (entry / "model.safetensors").stat().st_mode & 0o777 == cache.umask_mode(0o666)
+    assert (entry / "sub").stat().st_mode & 0o777 == cache.umask_mode(0o777)

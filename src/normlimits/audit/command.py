@@ -397,7 +397,11 @@ def _audit(args, output, start: float, say, argv: list[str]) -> dict:
     json.dumps(doc, allow_nan=False)           # fail before writing if anything is not JSON
     validate(doc, "audit", source="the audit's result")
     paths = write_outputs(output, doc, figures)
-    resume.finish()
+    try:                                       # the audit is written: a late Ctrl-C changes nothing
+        resume.finish()
+    except KeyboardInterrupt:
+        print(f"[audit] interrupted after the audit was written to {output.shown}; its resume "
+              f"cache {resume.folder} may be left beside it (delete it)", file=sys.stderr, flush=True)
     say(f"wrote {', '.join(p.name for p in paths.values())} and manifest.json to {output.shown}")
     if output.aside is not None:
         say(f"the earlier audit was moved aside to {output.aside}")

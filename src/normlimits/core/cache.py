@@ -224,6 +224,14 @@ def atomic_save_safetensors(tensors: dict[str, Any], path: Path) -> Path:
     return _atomic_file(path, lambda tmp: save_file(cpu, str(tmp)))
 
 
+def _follow_umask(folder: Path) -> None:
+    """Give every file and folder under ``folder`` the mode the umask gives (``fill`` may write
+    with 0600, as transformers' ``save_pretrained`` does for ``model.safetensors``)."""
+    for path in Path(folder).rglob("*"):
+        if not path.is_symlink():
+            os.chmod(path, umask_mode(0o777 if path.is_dir() else 0o666))
+
+
 def atomic_save_dir(directory: Path, fill: Callable[[Path], None]) -> Path:
     """Create ``directory`` atomically: ``fill(tmpdir)`` writes its content, then it is renamed.
 
@@ -235,6 +243,7 @@ def atomic_save_dir(directory: Path, fill: Callable[[Path], None]) -> Path:
     try:
         os.chmod(tmp, umask_mode(0o777))      # as mkdir would make it, not mkdtemp's 0700
         fill(tmp)
+        _follow_umask(tmp)
         if directory.exists():
             old = Path(tempfile.mkdtemp(prefix=temporary_prefix(directory), dir=directory.parent))
             os.replace(directory, old / "x")
