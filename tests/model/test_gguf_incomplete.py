@@ -139,3 +139,24 @@ def test_a_saved_folder_whose_weights_lack_a_key_is_refused_naming_it(tmp_path):
     message = str(exc.value)
     assert "lack 1 of the model's parameters" in message and "h.1.attn.c_attn.weight" in message, message
     assert "save_pretrained" in message
+
+
+def test_a_conversion_without_room_on_the_disk_is_refused_before_it_starts(tmp_path, isolated_cache,
+                                                                           monkeypatch):
+    """Issue 50, item 6: the float32 size is known from the header (4 bytes a value), so a disk
+    without room for it is named up front, not as an ENOSPC traceback after the dequantising."""
+    import collections
+    import shutil
+
+    path, arrays = tiny_llama_gguf(tmp_path / "tiny.gguf")
+    info = G.inspect_gguf(path)
+    assert info.n_values == sum(a.size for a in arrays.values())
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda folder: usage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(G.CacheError) as exc:
+        load_model(str(path))
+    message = str(exc.value)
+    assert message.startswith("converting tiny.gguf to float32 needs about 0.07 GB in the cache "
+                              f"folder {isolated_cache / 'gguf'}, whose disk has 0.00 GB free"), message
+    assert "set NORMLIMITS_CACHE to a folder on a disk with room" in message
+    assert not [p for p in (isolated_cache / "gguf").iterdir() if p.is_dir()]

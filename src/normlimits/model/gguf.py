@@ -81,6 +81,8 @@ class GGUFInfo:
     n_tensors: int
     sha256: str
     name: str
+    #: the values its tensors hold (0: not known, e.g. read from a conversion's report)
+    n_values: int = 0
 
 
 def smollm2_path() -> Path:
@@ -176,6 +178,7 @@ def _read_header(path: Path, named: str) -> GGUFInfo:
         name = str(name_field.contents()) if name_field is not None else path.stem
         types = tuple(sorted({t.tensor_type.name for t in reader.tensors}))
         n_tensors = len(reader.tensors)
+        n_values = sum(int(t.n_elements) for t in reader.tensors)
         has_tokenizer = "tokenizer.ggml.tokens" in reader.fields
         end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
     except Exception as exc:    # gguf raises ValueError, struct/numpy errors, ... for a bad file
@@ -207,7 +210,7 @@ def _read_header(path: Path, named: str) -> GGUFInfo:
                         "file converted with its tokenizer (llama.cpp's convert_hf_to_gguf.py "
                         "writes it).")
     return GGUFInfo(path=path, architecture=architecture, quantisation=types,
-                    n_tensors=n_tensors, sha256=file_sha256(path), name=name)
+                    n_tensors=n_tensors, sha256=file_sha256(path), name=name, n_values=n_values)
 
 
 def conversion_key(info: GGUFInfo) -> dict:
@@ -320,6 +323,33 @@ def verify_converted(directory: Path) -> dict:
     return report
 
 
+#: room a conversion needs beyond its float32 weights (tokenizer, config; and a margin)
+CONVERSION_MARGIN = 1.05
+CONVERSION_EXTRA_BYTES = 64 << 20
+
+
+def check_room_for_conversion(info: GGUFInfo, directory: Path) -> None:
+    """Refuse, before converting, a cache folder whose disk has less free space than the float32
+    weights of ``info``'s file (4 bytes a value) and a margin need: a :class:`CacheError` naming
+    the folder, both sizes and the setting (``NORMLIMITS_CACHE``)."""
+    import shutil
+
+    from normlimits.core.settings import CACHE_ENV
+
+    if not info.n_values:
+        return
+    needed = int(info.n_values * 4 * CONVERSION_MARGIN) + CONVERSION_EXTRA_BYTES
+    try:
+        free = shutil.disk_usage(directory.parent).free
+    except OSError:
+        return
+    if free < needed:
+        raise CacheError(f"converting {info.path.name} to float32 needs about {needed / 1e9:.2f} GB "
+                         f"in the cache folder {directory.parent}, whose disk has "
+                         f"{free / 1e9:.2f} GB free; free space there, or set {CACHE_ENV} to a "
+                         "folder on a disk with room.")
+
+
 def ensure_converted(info: GGUFInfo, named: str | None = None) -> tuple[Path, dict]:
     """The verified float32 folder of ``info``'s file, converting it once (under a lock, with a
     notice on stderr) when the cache has none; returns (folder, report). ``named``: the setting
@@ -328,6 +358,7 @@ def ensure_converted(info: GGUFInfo, named: str | None = None) -> tuple[Path, di
     if not directory.exists():
         with writer_lock(directory, f"the float32 conversion of {info.path.name} ({directory})"):
             if not directory.exists():
+                check_room_for_conversion(info, directory)
                 print(f"normlimits: converting {info.path.name} to float32 once (about 20 s) into "
                       f"{directory}", file=sys.stderr, flush=True)
                 convert_gguf(info, directory, named)
