@@ -372,7 +372,8 @@ def parser() -> argparse.ArgumentParser:
                                "figures; writes compare.json, compare.html and the figures.")
     p.add_argument("audits", nargs="+", metavar="AUDIT_DIR",
                    help="folders written by normlimits audit (or their audit.json), two or more")
-    p.add_argument("--out", required=True, type=folder_argument("--out"), help="output folder: new, empty, or an earlier comparison")
+    p.add_argument("--out", required=True, type=folder_argument("--out"),
+                   help="output folder: new, empty, or an earlier comparison")
     p.add_argument("--force", action="store_true",
                    help="replace an earlier comparison in --out even if it was changed since (the "
                         "old folder is moved aside to OUT.previous-<time>)")
