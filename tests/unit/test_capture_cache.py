@@ -58,13 +58,10 @@ def test_cached_captures_equal_fresh_ones_and_run_each_pass_once(tiny_loaded, ca
 def test_a_reused_capture_lies_in_memory_as_a_computed_one(tiny_loaded, cache_dir):
     """Loaded tensors are copied into torch's allocator (contiguous, 64-byte aligned) like a
     computed capture: safetensors leaves them at offsets that vary from load to load, and a CPU
-    kernel's last bits can depend on where its input lies (below: a float64 product, as the
-    metrics compute, on the same numbers 8 bytes off)."""
-    a = torch.randn(3, 17, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    moved = torch.empty(a.numel() + 1, dtype=torch.float64)[1:].view(a.shape)
-    moved.copy_(a)
-    assert torch.equal(moved, a) and not torch.equal(moved @ moved.mT, a @ a.mT), \
-        "the premise: this product's bits depend on alignment (if it fails, the kernel changed)"
+    kernel's last bits can depend on where its input lies (a float64 product, as the metrics
+    compute, on the same numbers 8 bytes off gave other bits on the machines of 2026-12-04; on
+    others, e.g. 2026-12-05's, the kernel is alignment-blind: a property of the processor and the
+    BLAS build, so it is not asserted here). What is asserted is the layout itself."""
     corpus = _corpus()
     list(cached_captures(tiny_loaded, corpus, 32, 2))
     for capture in cached_captures(tiny_loaded, corpus, 32, 2):
