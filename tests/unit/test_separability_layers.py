@@ -44,6 +44,8 @@ def test_layer_duplicates_finds_repeated_tokens_in_a_token_only_layer():
     got = SL.layer_duplicates(captures)
     assert got.shape == (2, 2)
     assert got[0].tolist() == pytest.approx([np.mean(expected)] * 2) and got[1].tolist() == [0.0, 0.0]
+    grouped = [SimpleNamespace(values=c.values.repeat_interleave(3, dim=1)) for c in captures]
+    assert SL.layer_duplicates(grouped).tolist() == got.repeat_interleave(3, dim=1).tolist()
     with pytest.raises(ValueError, match="no captures"):
         SL.layer_duplicates([])
 

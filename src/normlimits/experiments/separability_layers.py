@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from normlimits.experiments.separability_curves import F3_KEYS, figure3_statistics
+from normlimits.metrics.separability import distinct_heads
 
 __all__ = ["S80_CAP", "duplicate_share", "layer_duplicates", "layer_table", "after_knee",
            "s80_statistics", "layer_zero_apart", "heads_above", "exceedance_words"]
@@ -51,11 +52,14 @@ def duplicate_share(values: Tensor) -> Tensor:
 
 def layer_duplicates(captures: Iterable) -> Tensor:
     """:func:`duplicate_share` of each head's value vectors in each window, averaged over the
-    windows: float64 [layers, heads] (captures: ``values`` [layers, heads, L, d] per window)."""
+    windows: float64 [layers, heads] (captures: ``values`` [layers, heads, L, d] per window).
+    Grouped-query copies of a key/value head (adjacent, bit-identical) are measured once
+    (:func:`~normlimits.metrics.separability.distinct_heads`)."""
     total, count = None, 0
     for capture in captures:
         values = capture.values
-        share = torch.stack([duplicate_share(values[layer]) for layer in range(values.shape[0])])
+        share = torch.stack([duplicate_share(distinct)[group] for distinct, group in
+                             (distinct_heads(values[layer]) for layer in range(values.shape[0]))])
         total = share if total is None else total + share
         count += 1
     if count == 0:
