@@ -149,10 +149,11 @@ def test_two_windows_give_every_estimated_claim_an_interval_shown_in_the_tables(
                 assert "[" not in shown and "resampling" not in row
             else:
                 assert row["resampling"]["n"] == 2 and row["interval"] == head["interval"]
-                assert shown == f"{row['headline']} {with_interval(row['value'], row['interval'])}"
+                assert shown == f"{row['headline']} {with_interval(row['value'], row['interval'])} (range over 2 windows)"
         fraction = next(c for row in r.rows() if row["id"] == "F2c" for c in row["criteria"]
                         if c["key"] == "fraction")
-        assert r.criterion_text("F2c", "fraction") == with_interval(fraction["value"], fraction["interval"])
+        assert r.criterion_text("F2c", "fraction") == \
+            with_interval(fraction["value"], fraction["interval"]) + " (range over 2 windows)"
     # a row without an interval (one window) shows its value alone, an unmeasured one n/a
     assert A.headline_text({"headline": "fraction", "value": 0.5}) == "fraction 0.500"
     assert A.headline_text({"headline": "fraction", "value": None}) == "fraction n/a"

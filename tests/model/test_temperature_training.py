@@ -287,6 +287,7 @@ def test_summary_intervals_resample_paired_seeds():
     assert claims.claim("TR").rule.grade(values, got) == "confirmed"
     sentence = TT.interval_sentence(summary, got)
     assert f"+2.30 [{got['harder'].low:+.2f}, {got['harder'].high:+.2f}] seed spreads" in sentence
+    assert "gives ranges (over 3 seeds, too few for 95% intervals)" in sentence
     assert "single seed" in TT.interval_sentence(summary, {}) and "$" not in sentence
     one_seed = TT.TemperatureStudy(runs=[runs[0], runs[3]], config={}, recipe={}, corpus_sha256="x")
     assert TT.summary_intervals(one_seed, TT.summarise_study(one_seed)) == {}

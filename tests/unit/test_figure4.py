@@ -144,6 +144,7 @@ def test_claim_intervals_are_the_statistics_of_resampled_windows_and_hold_the_es
             assert interval.widened == (not low <= estimate <= high)
     sentence = F4.interval_sentence(values, got)
     assert sentence.startswith("Resampling the 5 windows (9 bootstrap resamples")
+    assert "gives 95% intervals: F4's" in sentence                  # 5 windows: an interval
     one = _windowed_profile(windows=1)
     assert F4.claim_intervals(one) == {} and "single window" in F4.interval_sentence(values, {})
     assert F4.claim_intervals(_profile(lambda t, e: 0.25 / t)) == {}      # no per-window sums

@@ -13,6 +13,8 @@ def test_number_and_value_text_with_and_without_an_interval():
     assert H.value_text({"value": 0.25, "interval": [0.2, 0.31], "n": 8, "unit": "window"}) == \
         "0.25 [0.2, 0.31] (n = 8, resampled by window)"
     assert H.value_text({"value": 1.0, "n": 3}) == "1 (n = 3)"
+    assert H.value_text({"value": 0.25, "interval": [0.2, 0.31], "n": 3, "unit": "window"}) == \
+        "0.25 [0.2, 0.31] (range: n = 3, resampled by window)"
 
 
 def test_table_escapes_its_header_and_keeps_cell_html():

@@ -19,6 +19,28 @@ from normlimits.claims.rules import Criterion, Rule, regrade
 
 # ----------------------------------------------------------------------------- bootstrap
 
+def test_few_units_make_a_range_and_the_prose_says_so():
+    assert [B.distinct_resamples(n) for n in (1, 2, 3, 4, 8)] == [1, 3, 10, 35, 6435]
+    for n in (2, 3, 4, 8):               # the resamples drawn never hold more distinct multisets
+        drawn = {tuple(sorted(r)) for r in B.resample_indices(n, 2000, seed=1).tolist()}
+        assert len(drawn) <= B.distinct_resamples(n)
+    assert len({tuple(sorted(r)) for r in B.resample_indices(3, 2000, seed=1).tolist()}) == 10
+    four, eight = B.Interval(0.3, 1.0, n=4), B.Interval(0.3, 1.0, n=8)
+    assert four.is_range and not eight.is_range
+    assert four.count_words() == "range over 4 windows" and eight.count_words() == "8 windows"
+    assert B.level_words(eight) == "95% intervals"
+    assert B.level_words(eight, plural=False, method=True) == "95% percentile bootstrap interval"
+    assert B.level_words(four) == "ranges (over 4 windows, too few for 95% intervals)"
+    assert B.level_words(B.Interval(0, 1, n=3, unit="seed"), plural=False, method=True) == \
+        "percentile bootstrap range (over 3 seeds, too few for a 95% interval)"
+    assert B.resampling_sentence(2).startswith("With 2 windows there are only 3 distinct resamples, "
+                                               "so each interval is the range of what they give, "
+                                               "not a 95% interval")
+    assert B.resampling_sentence(8).startswith("Each interval rests on 8 windows (6,435 distinct resamples)")
+    with pytest.raises(ValueError, match="n must be"):
+        B.distinct_resamples(0)
+
+
 def test_indices_are_reproducible_and_in_range():
     a, b = B.resample_indices(8, 2000, seed=3), B.resample_indices(8, 2000, seed=3)
     assert torch.equal(a, b) and a.shape == (2000, 8)
@@ -261,7 +283,10 @@ def test_the_graded_display_shows_each_interval_and_its_decision():
     row = claims.make_row("NU", values, "m", chapter="vanishing", model="x",
                           intervals={"exponent": B.Interval(-1.0, -0.85, 8)})
     text = claims.Graded(row)._repr_html_()
-    assert "verdict-inconclusive" in text and "-0.9500 [-1.000, -0.8500]" in text
+    assert "verdict-inconclusive" in text and "-0.9500 [-1.000, -0.8500] (8 windows)" in text
+    few = claims.make_row("NU", values, "m", chapter="vanishing", model="x",
+                          intervals={"exponent": B.Interval(-1.0, -0.85, 3)})
+    assert "-0.9500 [-1.000, -0.8500] (range over 3 windows)" in claims.Graded(few)._repr_html_()
     cells = text.split("<code>exponent</code>")[1].split("</tr>")[0]
     assert "undecided" in cells and ">yes<" not in cells
 

@@ -9,7 +9,8 @@ import pytest
 
 from normlimits.claims import describe_outcomes
 from normlimits.claims.rules import describe_condition
-from normlimits.core.markup import html_table, inline_html, significant, with_interval
+from normlimits.core.markup import (RANGE_BELOW, count_words, html_table, inline_html, significant, units_of,
+                                   with_interval)
 
 
 @pytest.mark.parametrize("value, text", [
@@ -36,6 +37,26 @@ def test_significant_never_prints_a_nonzero_value_as_zero():
 def test_with_interval():
     assert with_interval(0.5, (0.41, 0.62)) == "0.500 [0.410, 0.620]"
     assert with_interval(0.5) == "0.500"
+
+
+def test_with_interval_says_how_many_windows_it_rests_on_and_calls_few_a_range():
+    assert with_interval(0.8333, (1 / 3, 1.0), n=8) == "0.833 [0.333, 1.00] (8 windows)"
+    assert with_interval(0.8333, (1 / 3, 1.0), n=RANGE_BELOW) == "0.833 [0.333, 1.00] (5 windows)"
+    assert with_interval(0.8333, (1 / 3, 1.0), n=RANGE_BELOW - 1) == \
+        "0.833 [0.333, 1.00] (range over 4 windows)"
+    assert with_interval(0.5, (0.4, 0.6), n=3, unit="seed") == "0.500 [0.400, 0.600] (range over 3 seeds)"
+    assert with_interval(0.5, None, n=8) == "0.500"                 # no interval, no count
+    assert count_words(1, "draw") == "range over 1 draw" and count_words(2000, "draw") == "2000 draws"
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="whole number"):
+            count_words(bad)
+
+
+def test_units_of_reads_a_rows_resampling_block():
+    row = {"resampling": {"method": "m", "unit": "seed", "n": 3, "resamples": 10, "level": 0.95, "seed": 1}}
+    assert units_of(row) == {"n": 3, "unit": "seed"}
+    assert units_of({}) == {} and units_of({"resampling": None}) == {}
+    assert with_interval(1.0, (0.5, 2.0), **units_of(row)) == "1.00 [0.500, 2.00] (range over 3 seeds)"
 
 
 def test_inline_html_keeps_math_intact_and_escapes_the_rest():
@@ -87,3 +108,12 @@ def test_plain_text_reads_commands_followed_by_a_space():
 
     assert plain_text(r"$\tilde d - \mathbb E\tilde d$") == "d̃ - 𝔼d̃"
     assert plain_text(r"$\bar \alpha_N$") == "ᾱ_N"
+
+
+def test_the_verdicts_page_names_the_range_threshold_the_code_uses():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "book" / "verdicts.md").read_text()
+    words = {4: "four", 5: "five", 6: "six", 8: "eight", 10: "ten"}
+    assert f"Below {words[RANGE_BELOW]} units it is labelled a range" in page
+    assert '"range over 3 windows"' in page and count_words(3) == "range over 3 windows"

@@ -127,6 +127,7 @@ def test_guideline3_intervals_hold_the_estimate_and_grade_g3():
     assert claims.claim("G3").rule.grade(values, got) in claims.VERDICTS
     sentence = S.guideline3_sentence(values, got)
     assert f"{values['jacobian_rise']:.2f} [{got['jacobian_rise'].low:.2f}" in sentence
+    assert "gives 95% intervals: " in sentence                     # 5 windows: an interval
     assert "$" not in sentence, "glued text is not typeset: no TeX in it"
     # one window: nothing to resample, and the sentence says so
     single = J.sensitivity_profile(blocks[:1], TEMPS, [1e-3], seed=2)

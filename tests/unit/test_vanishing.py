@@ -477,7 +477,7 @@ def test_nu_intervals_of_identical_windows_are_the_value_and_one_window_has_none
         assert interval.high == pytest.approx(values[key], abs=1e-12)
     spread = _random_stacked(6)
     sentence = V.nu_interval_sentence(_nu_values(spread), V.nu_intervals(spread, resamples=200))
-    assert sentence.startswith("Resampling the 6 corpus windows (200 percentile bootstrap resamples, 95% level)")
+    assert sentence.startswith("Resampling the 6 corpus windows (200 percentile bootstrap resamples) gives 95% intervals: ")
     assert "median exponent" in sentence and "[" in sentence
     with pytest.raises(ValueError, match="stacked over windows"):
         V.nu_intervals(V.sweep_queries_keys(torch.randn(3, 32, 4), torch.randn(3, 32, 4), 0.5, [8, 16, 32]))

@@ -113,10 +113,12 @@ def test_interval_and_inconclusive_are_shown():
     row.update(interval=[-0.95, -0.7], verdict="inconclusive",
                resampling={"method": "percentile bootstrap, widened to the estimate", "unit": "window", "n": 8,
                            "resamples": 2000, "level": 0.95, "seed": 31})
-    assert S.number_text(row) == "-0.850 [-0.950, -0.700]"
+    assert S.number_text(row) == "-0.850 [-0.950, -0.700] (8 windows)"
+    few = dict(row, resampling=dict(row["resampling"], n=3))
+    assert S.number_text(few) == "-0.850 [-0.950, -0.700] (range over 3 windows)"
     assert S.verdict_order([row]) == list(claims.VERDICTS) and "inconclusive" in claims.VERDICTS
     cell = S.chapter_table_html([row], None)
-    assert "verdict-badge verdict-inconclusive" in cell and "-0.850 [-0.950, -0.700]" in cell
+    assert "verdict-badge verdict-inconclusive" in cell and "-0.850 [-0.950, -0.700] (8 windows)" in cell
     bar = S.counts_html([row], "1 claim", "paper")
     assert 'data-verdict="inconclusive"><span class="verdict-count-number">1</span>' in bar
     assert "inconclusive (its interval straddles" in S.bottom_line([row])

@@ -26,7 +26,7 @@ from typing import Callable, Iterator, Sequence
 import pandas as pd
 import torch
 
-from normlimits.core.markup import with_interval
+from normlimits.core.markup import units_of, with_interval
 from normlimits.core.protocol import MAX_LENGTH
 from normlimits.core.settings import SettingError
 from normlimits.model.pretrained import positions_of
@@ -120,12 +120,13 @@ class Surveyed:
         return self._entry(claim_id, key).get("value")
 
     def criterion_text(self, claim_id: str, key: str, digits: int = 3) -> str:
-        """That value as text, ``value [low, high]`` where the row has an interval over the
-        windows; ``n/a`` when not graded."""
+        """That value as text, ``value [low, high] (n windows)`` where the row has an interval over
+        the windows (``range over n windows`` for few); ``n/a`` when not graded."""
         entry = self._entry(claim_id, key)
         if entry.get("value") is None:
             return "n/a"
-        return with_interval(entry["value"], entry.get("interval"), digits)
+        row = next((r for r in self.rows() if r["id"] == claim_id), {})
+        return with_interval(entry["value"], entry.get("interval"), digits, **units_of(row))
 
     def with_intervals(self) -> list[str]:
         """The claims whose rows carry an interval over the windows, in the rows' order."""
@@ -194,10 +195,10 @@ def comparison_table(results: Sequence[Surveyed]) -> pd.DataFrame:
 
 
 def headline_text(row: dict) -> str:
-    """A row's headline statistic, ``key value [low, high]`` where it has an interval over the
-    windows (``key value`` without one, ``key n/a`` when not measured)."""
+    """A row's headline statistic, ``key value [low, high] (n windows)`` where it has an interval
+    over the windows (``key value`` without one, ``key n/a`` when not measured)."""
     value = row.get("value")
-    text = "n/a" if value is None else with_interval(value, row.get("interval"))
+    text = "n/a" if value is None else with_interval(value, row.get("interval"), **units_of(row))
     return f"{row['headline']} {text}"
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import html
 from typing import Iterable, Mapping, Sequence
 
+from normlimits.core.markup import RANGE_BELOW
+
 __all__ = ["CSS", "esc", "number", "value_text", "table", "page", "definition_list"]
 
 CSS = """
@@ -50,14 +52,17 @@ def number(value) -> str:
 
 def value_text(item: Mapping) -> str:
     """``item["value"]`` as text, with its interval (``[low, high]``) and its ``n`` and resampling
-    ``unit`` when the item has them (a row or a criterion)."""
+    ``unit`` when the item has them (a row or a criterion); an interval over fewer than
+    :data:`~normlimits.core.markup.RANGE_BELOW` units is marked a range."""
     text = number(item.get("value"))
     interval = item.get("interval")
     if interval is not None:
         low, high = interval
         text += f" [{number(low)}, {number(high)}]"
     if item.get("n") is not None:
-        text += f" (n = {item['n']}" + (f", resampled by {item['unit']}" if item.get("unit") else "") + ")"
+        few = interval is not None and item["n"] < RANGE_BELOW      # a range, not a 95% interval
+        text += (f" ({'range: ' if few else ''}n = {item['n']}"
+                 + (f", resampled by {item['unit']}" if item.get("unit") else "") + ")")
     return text
 
 

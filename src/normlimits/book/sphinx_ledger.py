@@ -42,7 +42,7 @@ from sphinx.util.docutils import SphinxDirective
 from normlimits import claims
 from normlimits.claims import ledger
 from normlimits.claims import CHAPTER_MODULES, VERDICTS, Criterion, readings_words
-from normlimits.core.markup import html_table, inline_html, significant, with_interval
+from normlimits.core.markup import html_table, inline_html, significant, units_of, with_interval
 from normlimits.core.cache import atomic_write_json
 
 logger = logging.getLogger(__name__)
@@ -146,11 +146,13 @@ def headline(row: dict) -> dict:
 
 
 def number_text(row: dict) -> str:
-    """The headline number, as ``value [low, high]`` when the row has an interval."""
+    """The headline number, as ``value [low, high] (8 windows)`` when the row has an interval
+    (the units it rests on beside it; ``range over 3 windows`` below
+    :data:`~normlimits.core.markup.RANGE_BELOW`)."""
     head = headline(row)
     if head["value"] is None:
         return "not measured"
-    return with_interval(head["value"], row.get("interval") or head.get("interval"))
+    return with_interval(head["value"], row.get("interval") or head.get("interval"), **units_of(row))
 
 
 def rule_text(row: dict) -> str:

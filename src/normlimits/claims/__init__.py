@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from normlimits.claims import ledger, rules
-from normlimits.core.markup import html_table, inline_html, with_interval
+from normlimits.core.markup import html_table, inline_html, units_of, with_interval
 from normlimits.claims.base import ABOUT, CLAIM_KINDS, Claim
 from normlimits.claims.rules import (
     KINDS, OPS, VERDICTS, Criterion, Rule, describe_outcomes, plain_text, regrade)
@@ -128,7 +128,7 @@ def readings_words(row: Mapping) -> str:
         return ""
     key = row["headline"]
     items = [f"{r['reading']}{' (primary)' if r.get('primary') else ''}: {r['verdict']} "
-             f"({key} = {_number(r['values'].get(key)) if key not in r.get('intervals', {}) else with_interval(r['values'][key], r['intervals'][key], 4)})"
+             f"({key} = {_number(r['values'].get(key)) if key not in r.get('intervals', {}) else with_interval(r['values'][key], r['intervals'][key], 4, **units_of(row))})"
              for r in found]
     return "Under each reading tried: " + "; ".join(items) + "."
 
@@ -173,7 +173,7 @@ class Graded:
             if "decision" in c:            # decided on the whole interval (issue 31)
                 passed = {"pass": "yes", "fail": "no", "undecided": "undecided"}[c["decision"]]
             cells.append([f"<code>{html.escape(c['key'])}</code>{kind}", inline_html(c["statistic"]),
-                          html.escape(with_interval(c["value"], c.get("interval"), 4)),
+                          html.escape(with_interval(c["value"], c.get("interval"), 4, **units_of(row))),
                           html.escape(crit.describe()), html.escape(passed)])
         parts = [f'<div class="graded-claim"><p><strong>{html.escape(label)}:</strong> {badge} '
                  f"{inline_html(row['claim'])}</p>",

@@ -24,6 +24,12 @@ percentile interval would not. ``Interval.widened`` says when it happened.
 
 :class:`Interval` is what a ledger row records (:func:`normlimits.claims.make_row`'s
 ``intervals``): the bounds, and the resampling that produced them.
+
+Few units make a poor 95% interval: n units have only ``C(2n - 1, n)`` distinct resamples (3 for
+2 windows, 35 for 4), and the percentile interval is then little more than the spread of the
+units' own values. Below :data:`normlimits.core.markup.RANGE_BELOW` units the book calls it a
+*range* (:attr:`Interval.is_range`, :func:`level_words`, :func:`resampling_sentence`) and shows
+the count beside every interval (:func:`normlimits.core.markup.with_interval`).
 """
 
 from __future__ import annotations
@@ -35,9 +41,12 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from normlimits.core.markup import RANGE_BELOW, count_words
+
 __all__ = ["RESAMPLES", "LEVEL", "SEED", "UNITS", "Interval", "resample_indices",
            "unit_counts", "weighted_sum", "drawn_mean", "resample_counts", "bootstrap_interval", "bootstrap_values", "bootstrap_counts",
-           "median_of_means", "mean_of_means", "units_to_decide"]
+           "median_of_means", "mean_of_means", "units_to_decide", "distinct_resamples", "level_words",
+           "resampling_sentence"]
 
 #: resamples per interval (issue 31 asks for at least 2,000)
 RESAMPLES = 2000
@@ -80,6 +89,16 @@ class Interval:
     def bounds(self) -> list[float]:
         """``[low, high]`` as a ledger row's criterion records it."""
         return [float(self.low), float(self.high)]
+
+    @property
+    def is_range(self) -> bool:
+        """Too few units for an interval at its level: a range of the resamples
+        (:data:`~normlimits.core.markup.RANGE_BELOW`)."""
+        return self.n < RANGE_BELOW
+
+    def count_words(self) -> str:
+        """The units it rests on, as shown beside it: ``8 windows``, ``range over 3 windows``."""
+        return count_words(self.n, self.unit)
 
     def resampling(self) -> dict:
         """How the interval was computed, as a ledger row records it (``resampling``)."""
@@ -285,3 +304,37 @@ def units_to_decide(interval: Interval, value: float, threshold: float) -> float
         return float(interval.n)
     reach = interval.high - value if threshold > value else value - interval.low
     return float(math.ceil(interval.n * (reach / gap) ** 2))
+
+
+def distinct_resamples(n: int) -> int:
+    """How many different resamples (multisets of n draws from n units) exist: ``C(2n - 1, n)``."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1 (got {n})")
+    return math.comb(2 * n - 1, n)
+
+
+def level_words(interval: Interval, *, plural: bool = True, method: bool = False) -> str:
+    """What an interval is, for the prose: ``95% intervals`` (``95% percentile bootstrap
+    interval`` with ``method`` and not ``plural``), or, below
+    :data:`~normlimits.core.markup.RANGE_BELOW` units, ``ranges (over 3 windows, too few for 95%
+    intervals)``."""
+    s = "s" if plural else ""
+    how = "percentile bootstrap " if method else ""
+    if not interval.is_range:
+        return f"{interval.level:.0%} {how}interval{s}"
+    return (f"{how}range{s} (over {count_words(interval.n, interval.unit).removeprefix('range over ')}, "
+            f"too few for {'' if plural else 'a '}{interval.level:.0%} interval{s})")
+
+
+def resampling_sentence(n: int, unit: str = "window", level: float = LEVEL) -> str:
+    """One sentence on what a percentile bootstrap over ``n`` units can say: how many distinct
+    resamples there are and, below :data:`~normlimits.core.markup.RANGE_BELOW` units, that each
+    interval is a range of what they give, not an interval at ``level``."""
+    units = count_words(n, unit).removeprefix("range over ")
+    distinct = distinct_resamples(n)
+    if n < RANGE_BELOW:
+        return (f"With {units} there are only {distinct:,} distinct resamples, so each interval is "
+                f"the range of what they give, not a {level:.0%} interval; the count beside each "
+                "interval says how many units it rests on.")
+    return (f"Each interval rests on {units} ({distinct:,} distinct resamples); the count beside "
+            "each interval says so.")

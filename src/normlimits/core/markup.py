@@ -9,7 +9,10 @@ MathJax untouched (as Sphinx writes inline math, ``<span class="math">\\(...\\)<
 the narrow-screen stylesheet shows beside each value.
 
 :func:`significant` formats a number with significant digits, so a small value never prints as
-``0.000``.
+``0.000``. :func:`with_interval` writes a value with its interval and, given the number of units
+the interval rests on, that count beside it: ``0.833 [0.333, 1.00] (8 windows)``; below
+:data:`RANGE_BELOW` units it names the interval a range (``(range over 3 windows)``), not a 95%
+interval (:func:`count_words`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ import math
 import re
 from typing import Sequence
 
-__all__ = ["significant", "inline_html", "html_table", "with_interval"]
+__all__ = ["RANGE_BELOW", "significant", "inline_html", "html_table", "count_words", "units_of",
+           "with_interval"]
+
+#: below this many resampled units a percentile bootstrap interval is called a range, not a 95%
+#: interval: n units give only C(2n - 1, n) distinct resamples (3 for 2 windows, 10 for 3, 35 for
+#: 4), so the percentile interval is little more than the spread of the units' own values, and its
+#: coverage falls short of its nominal level
+RANGE_BELOW = 5
 
 # $...$ (not \$), `code`, **bold**, *emphasis*; math first, so nothing inside it is touched
 _TOKENS = re.compile(r"(?<!\\)\$(?P<math>[^$]+)\$|`(?P<code>[^`]+)`|\*\*(?P<bold>[^*]+)\*\*"
@@ -61,13 +71,34 @@ def significant(value, digits: int = 3) -> str:
     return f"{x:.{digits - 1}e}"
 
 
-def with_interval(value, interval=None, digits: int = 3) -> str:
-    """``value [low, high]`` when an interval is given (a pair), else the value alone."""
+def count_words(n: int, unit: str = "window") -> str:
+    """How many units an interval rests on, as shown beside it: ``8 windows``, ``1 seed``; below
+    :data:`RANGE_BELOW` units, ``range over 3 windows`` (too few for a 95% interval)."""
+    if isinstance(n, bool) or int(n) != n or n < 1:
+        raise ValueError(f"an interval rests on a whole number of units >= 1 (got {n!r})")
+    n = int(n)
+    text = f"{n} {unit}{'' if n == 1 else 's'}"
+    return f"range over {text}" if n < RANGE_BELOW else text
+
+
+def units_of(row) -> dict:
+    """``{"n": ..., "unit": ...}`` of the ``resampling`` block a ledger row's intervals rest on,
+    the keywords :func:`with_interval` takes; ``{}`` for a row without one."""
+    how = row.get("resampling") or {}
+    return {"n": how["n"], "unit": how.get("unit", "window")} if how.get("n") is not None else {}
+
+
+def with_interval(value, interval=None, digits: int = 3, *, n: int | None = None,
+                  unit: str = "window") -> str:
+    """``value [low, high]`` when an interval is given (a pair), else the value alone; with ``n``
+    (the units the interval rests on, of kind ``unit``) the count beside it,
+    ``value [low, high] (8 windows)`` or, below :data:`RANGE_BELOW`, ``(range over 3 windows)``."""
     text = significant(value, digits)
     if interval is None:
         return text
     low, high = interval
-    return f"{text} [{significant(low, digits)}, {significant(high, digits)}]"
+    text = f"{text} [{significant(low, digits)}, {significant(high, digits)}]"
+    return text if n is None else f"{text} ({count_words(n, unit)})"
 
 
 def inline_html(text: str) -> str:

@@ -219,7 +219,7 @@ def interval_sentence(intervals: dict, windows: int, jacobian_windows: int) -> s
                 "interval." if jacobian_windows < 2 else
                 f"The gradient yardstick runs on the first {jacobian_windows} windows, which are "
                 "its resampling unit.")
-    return (f"Each yardstick criterion gets a {first.level:.0%} percentile bootstrap interval over the "
+    return (f"Each yardstick criterion gets a {B.level_words(first, plural=False, method=True)} over the "
             f"windows ({first.resamples:,} resamples of the {windows} windows, drawn with repeats, "
             "each measured as the pooled sweep is: means over the drawn windows, then the exponents, "
             "the KS tests and the shares). " + gradient)

@@ -167,8 +167,8 @@ def interval_sentence(values: dict[str, dict[str, float]], intervals: dict[str, 
     first = f4["low_slope"]
     widened = sorted(f"{cid} {key}" for cid, ivs in intervals.items() for key, iv in ivs.items() if iv.widened)
     words = (f"Resampling the {first.n} windows ({first.resamples:,} bootstrap resamples, each "
-             f"pooling its windows' rows as the figure pools all of them) gives {first.level:.0%} "
-             f"intervals: F4's largest distance from slope -1 {values['F4']['low_slope']:.2f} "
+             f"pooling its windows' rows as the figure pools all of them) gives {B.level_words(first)}: "
+             f"F4's largest distance from slope -1 {values['F4']['low_slope']:.2f} "
              f"[{f4['low_slope'].low:.2f}, {f4['low_slope'].high:.2f}], its spread at T = {HIGH_T:g} "
              f"{values['F4']['collapse']:.2f} [{f4['collapse'].low:.2f}, {f4['collapse'].high:.2f}], "
              f"its log10 fall {values['F4']['drop']:.2f} [{f4['drop'].low:.2f}, {f4['drop'].high:.2f}]; "

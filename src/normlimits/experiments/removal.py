@@ -68,7 +68,7 @@ from torch import Tensor
 from normlimits.model.attention_tap import expand_heads, switched
 from normlimits.model.capture import output_projections
 from normlimits.claims import undecided_words
-from normlimits.core.bootstrap import RESAMPLES, SEED, Interval, bootstrap_values
+from normlimits.core.bootstrap import RESAMPLES, SEED, Interval, bootstrap_values, level_words
 from normlimits.core.fits import loglog_fit
 
 __all__ = [
@@ -661,7 +661,7 @@ def interval_sentence(intervals: dict[str, dict[str, Interval]], windows: int) -
                 "window's values, and their rows carry no interval.")
     size, ratio = intervals["ALT-REM-size"]["grows"], intervals["ALT-REM-renorm"]["halves"]
     loss, exponent = intervals["ALT-TOPK"]["sqrt_loss"], intervals["ALT-TOPK"]["exponent"]
-    return (f"Each of these claims' statistics gets a {size.level:.0%} percentile bootstrap interval "
+    return (f"Each of these claims' statistics gets a {level_words(size, plural=False, method=True)} "
             f"over the windows ({size.resamples:,} resamples of the {windows} windows, drawn with "
             "repeats, each measured as the pooled experiment is: mean loss increase over the drawn "
             "windows, then N*_τ and the fits; Figure 2c's critical N is held fixed; "

@@ -210,8 +210,8 @@ def guideline3_sentence(values: dict[str, float], intervals: dict[str, B.Interva
     parts = [f"{words} {values[k]:{fmt}} [{intervals[k].low:{fmt}}, {intervals[k].high:{fmt}}]"
              for k, (words, fmt) in shown.items() if k in intervals]
     return (f"Resampling the {first.n} windows ({first.resamples:,} bootstrap resamples, each "
-            f"pooling its windows' rows as the sweep pools all of them) gives {first.level:.0%} "
-            f"intervals: {'; '.join(parts)}.")
+            f"pooling its windows' rows as the sweep pools all of them) gives {B.level_words(first)}: "
+            f"{'; '.join(parts)}.")
 
 
 def guideline3_undecided_sentence(profile: SensitivityProfile, sep: SeparabilityAtTemperature,

@@ -541,9 +541,11 @@ def interval_sentence(summary: StudySummary, intervals: dict) -> str:
     if not intervals:
         return ("With a single seed at both temperatures there is nothing to resample: TR is graded "
                 "on its values and carries no interval.")
+    from normlimits.core.bootstrap import level_words
+
     harder, gradients, learned = intervals["harder"], intervals["gradients"], intervals["learned"]
     return (f"Resampling the {harder.n} seeds ({harder.resamples:,} bootstrap resamples, each seed "
-            f"with its runs at both temperatures) gives {harder.level:.0%} intervals: the difference "
+            f"with its runs at both temperatures) gives {level_words(harder)}: the difference "
             f"{summary.in_spreads:+.2f} [{harder.low:+.2f}, {harder.high:+.2f}] seed spreads, the "
             f"gradient ratio {summary.gradient_ratio:.2f} [{gradients.low:.2f}, {gradients.high:.2f}], "
             f"the gap to the bigram baseline {summary.learned:.3f} [{learned.low:.3f}, "

@@ -559,7 +559,7 @@ def nu_interval_sentence(values: dict, intervals: dict) -> str:
     parts = [words[k].format(values[k]) + f" [{iv.low:.{digits[k]}f}, {iv.high:.{digits[k]}f}]"
              for k, iv in intervals.items()]
     return (f"Resampling the {first.n} corpus windows ({first.resamples:,} percentile bootstrap "
-            f"resamples, {first.level:.0%} level) gives " + "; ".join(parts) + ".")
+            f"resamples) gives {B.level_words(first)}: " + "; ".join(parts) + ".")
 
 
 def non_vanishing_report(heads, stats: RowStatistics) -> dict:
