@@ -351,6 +351,8 @@ def _details_html(line_rows: list[dict]) -> str:
     texts += [f"Measured on {r['model']}" + (f" ({r['variant']})" if r.get("variant") else "")
               + f": {r['measured']}" + (f" Reading: {r['reading']}." if r.get("reading") else "")
               + (f" Not testable here: {r['reason']}" if r.get("reason") else "")
+              + (f" Sensitivity row (not counted as the claim's verdict): {r['sensitivity']}."
+                 if r.get("sensitivity") else "")
               + (f" {readings_words(r)}" if r.get("readings") else "") for r in line_rows]
     texts.append(f"Rule: {first['rule']}." + (f" Scope: {first['scope']}." if first.get("scope") else ""))
     body = "".join(f"<p>{inline_html(t)}</p>" for t in texts)
