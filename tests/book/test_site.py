@@ -46,9 +46,6 @@ NUMBERED_PROOF_KINDS = ("theorem", "lemma", "corollary", "proposition")
 SEARCH_WORD = "softmax"
 #: a phone's viewport, for the narrow-screen checks
 NARROW = {"width": 390, "height": 844}
-#: the chapters whose rows are the paper's claims (the issue's definition; the book's own
-#: questions are the alternatives and architectures chapters and every variant row)
-PAPER_CHAPTERS = ("vanishing", "distances", "separability", "gradients")
 #: an alt text that names a file instead of saying what the image shows
 PATHLIKE_ALT = re.compile(r"\.(png|jpe?g|svg|gif|webp)$|^[0-9a-f]{16,}$|^\S*/\S*$", re.I)
 #: an image's natural width may be at most this many times its displayed width
@@ -534,9 +531,11 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
 
 
 def paper_rows(rows: list[dict]) -> list[dict]:
-    """The paper's claims as graded on each chapter's own model (no variant), by the issue's
-    definition (:data:`PAPER_CHAPTERS`), independently of the page's own code."""
-    return [r for r in rows if r["chapter"] in PAPER_CHAPTERS and not r.get("variant")]
+    """The paper's claims as graded on each claim's own row (no variant: not a replay, a chosen
+    reading or a sensitivity row), by issue 47's definition: the rows whose ``claim_kind`` is
+    ``paper`` (premises, the book's own and cited claims are not counted), independently of the
+    page's own code."""
+    return [r for r in rows if r.get("claim_kind") == "paper" and not r.get("variant")]
 
 
 def verdict_problems(build: Path, html: Path, pages: dict) -> list[str]:

@@ -169,7 +169,7 @@ def test_extended_results_stack_the_windows_and_keep_the_first_jacobian(five_win
 def test_a_statistic_straddling_its_threshold_is_inconclusive(five_windows):
     """Planted: windows whose largest weight falls as L^e with e spread around -0.1 (the rule's
     flatness threshold), softmax's as 1/L (so the gain criterion holds): the exponent's interval
-    contains -0.1 and the verdict, confirmed or corrected by that criterion, is inconclusive."""
+    contains -0.1 and the verdict, confirmed or partial by that criterion, is inconclusive."""
     lengths = torch.tensor(five_windows.config.lengths, dtype=torch.float64)
     exponents = torch.tensor([-0.5, -0.3, -0.1, 0.1, 0.3], dtype=torch.float64)
     mw = five_windows.stats["ssmax"]["max_weight"]

@@ -129,14 +129,15 @@ class _Ctx:
 
 def test_record_grades_by_the_registered_rule_and_upserts(tmp_path, monkeypatch):
     monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
-    graded = claims.record(_Ctx(), "C1", {"literal_outside": 0.02, "maxkey_outside": 0.0},
+    graded = claims.record(_Ctx(), "C1", {"literal_outside": 0.02, "literal_example": 2, "maxkey_outside": 0.0},
                            "2% of weights break the literal reading", glue=False)
     assert graded.verdict == "corrected"
     assert "<code>literal_outside</code>" in graded._repr_html_()
-    claims.record(_Ctx(), "C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "none break it", glue=False)
+    claims.record(_Ctx(), "C1", {"literal_outside": 0.0, "literal_example": 2, "maxkey_outside": 0.1},
+                  "the max-key bound broken", glue=False)
     claims.record(_Ctx(), "L1", {"outside": 0, "exponent": -1.0}, "m", glue=False)
     rows = json.loads((tmp_path / "vanishing.json").read_text())
-    assert [(r["id"], r["verdict"]) for r in rows] == [("C1", "confirmed"), ("L1", "confirmed")]
+    assert [(r["id"], r["verdict"]) for r in rows] == [("C1", "refuted"), ("L1", "confirmed")]
     collected = claims.collect(tmp_path, ["vanishing"])
     assert [r["id"] for r in collected] == ["L1", "C1"], "registry order"
     assert claims.missing_claims(collected, ["vanishing"]) == ["vanishing:C1S", "vanishing:NU",
@@ -180,7 +181,7 @@ def test_alternatives_claims_are_generated_per_normaliser_and_yardstick():
     assert CA.claim_id("topk-sqrt", "gradient") in ids and "ALT-TOPK" in ids
     rule = claims.claim("ALT-sigmoid-vanishing").rule
     assert rule.grade({"exponent": -0.05, "gain": 0.4}) == "confirmed"
-    assert rule.grade({"exponent": -0.5, "gain": 0.2}) == "corrected"
+    assert rule.grade({"exponent": -0.5, "gain": 0.2}) == "partial"
     assert rule.grade({"exponent": -0.95, "gain": -0.1}) == "refuted"
     assert claims.claim("ALT-ssmax-distance").rule.grade({"later": 1.0}) == "confirmed"
     assert claims.claim("ALT-ssmax-distance").rule.grade({"later": 0.0}) == "refuted"
@@ -190,8 +191,8 @@ def test_alternatives_claims_are_generated_per_normaliser_and_yardstick():
     assert "guideline 3" in claims.claim("ALT-sparsemax-gradient").paper
     assert "book's question" in claims.claim("ALT-softpick-gradient").paper
     assert claims.claim("ALT-TOPK").rule.grade({"sqrt_loss": 0.01, "exponent": 0.5}) == "confirmed"
-    assert claims.claim("ALT-TOPK").rule.grade({"sqrt_loss": 0.5, "exponent": 0.5}) == "corrected"
-    assert claims.claim("ALT-REM-renorm").rule.grade({"halves": 0.7, "reduces": 0.7}) == "corrected"
+    assert claims.claim("ALT-TOPK").rule.grade({"sqrt_loss": 0.5, "exponent": 0.5}) == "partial"
+    assert claims.claim("ALT-REM-renorm").rule.grade({"halves": 0.7, "reduces": 0.7}) == "partial"
 
 
 def test_model_labels_and_the_papers_model():
@@ -321,3 +322,117 @@ def test_a_sensitivity_row_is_a_labelled_variant_and_says_so():
     with pytest.raises(ValueError, match="sensitivity"):
         claims.make_row("NU", values, "x", chapter="a", model="m", sensitivity="survey",
                         unresampled="one window")
+
+
+# --- issue 47 items 3, 4 and 6: whose claim, one GPT-2 policy, partial holds ------------------
+
+def _all_pass(cid, **values):
+    """Values for claim ``cid`` that pass every criterion (its threshold), overridden by ``values``."""
+    out = {}
+    for c in claims.claim(cid).rule.criteria:
+        t = c.threshold
+        out[c.key] = (t[0] + t[1]) / 2 if isinstance(t, tuple) else t
+    return {**out, **values}
+
+
+def test_the_registry_separates_the_papers_claims_from_premises_the_books_and_cited_ones():
+    kinds = {cid: c.kind for cid, c in claims.REGISTRY.items()}
+    assert kinds["MHP"] == "premise" and claims.claim("MH").premise == "MHP"
+    assert kinds["C1S"] == "book" and kinds["ARCH"] == "book"
+    assert {kinds[c] for c in ("ALT-gamma", "ALT-REM-size", "ALT-REM-renorm")} == {"cited"}
+    # an alternative in the paper's own words is the paper's; one it does not discuss the book's
+    assert kinds["ALT-sparsemax-gradient"] == "paper" and kinds["ALT-softpick-gradient"] == "book"
+    for cid, item in claims.REGISTRY.items():     # a premise is some claim's premise
+        if item.kind == "premise":
+            assert any(c.premise == cid for c in claims.REGISTRY.values()), cid
+
+
+def test_claims_naming_gpt2s_measurements_are_never_refuted_off_gpt2():
+    """The one policy: every claim marked gpt2 carries paper_model, passes the registry check,
+    and real failing values give "not reproduced" off GPT-2, "refuted" only on it. Universal
+    claims (S80's cap, C3's bound) are not marked gpt2 and can be refuted anywhere."""
+    gpt2 = {cid for cid, c in claims.REGISTRY.items() if c.about == "gpt2"}
+    assert {"F2a", "F2b", "F2c", "F3", "F4", "LIM"} <= gpt2
+    assert not {"S80", "C3", "C1", "NU"} & gpt2
+    for cid in gpt2:
+        claims.check_gpt2_policy(claims.claim(cid))
+    lim = claims.claim("LIM").rule
+    assert lim.grade({"closeness": 0.0003, "paper_model": 0}) == "not reproduced"
+    assert lim.grade({"closeness": 0.0003, "paper_model": 1}) == "refuted"
+    assert lim.grade({"closeness": 0.9, "paper_model": 0}) == "confirmed"
+    s80 = claims.claim("S80").rule
+    assert s80.grade({"largest_head": 0.95, "largest_uniform": 0.5}) == "refuted"
+    assert s80.grade({"largest_head": 0.5, "largest_uniform": 0.95}) == "refuted"   # a cap: no repair
+
+
+def test_partial_holds_are_partial_and_proven_repairs_corrected():
+    """F3's plateau at 0.42 (flattening but the wrong level) and F4's low-temperature slopes far
+    from -1 with the high-T half holding are partial holds; F2b's plateau with its other parts
+    failing too. C3 over 1/(4T) but under the proven 1/(2T) stays corrected."""
+    f3 = _all_pass("F3", level=0.42, paper_model=0)
+    assert claims.claim("F3").rule.grade(f3) == "partial"
+    assert claims.claim("F3").rule.grade({**f3, "flattening": 0.9}) == "not reproduced"
+    assert claims.claim("F3").rule.grade({**f3, "flattening": 0.9, "paper_model": 1}) == "refuted"
+    f4 = _all_pass("F4", low_slope=0.84, paper_model=0)            # slope -0.16 against -1
+    assert claims.claim("F4").rule.grade(f4) == "partial"
+    assert claims.claim("F4").rule.grade({**f4, "low_slope": 0.0, "drop": 0.1}) == "partial"
+    assert claims.claim("F4").rule.grade({**f4, "drop": 0.1}) == "not reproduced"
+    assert claims.claim("F4").rule.grade(_all_pass("F4", paper_model=0)) == "confirmed"
+    f2b = _all_pass("F2b", elasticity=-0.06, tightens=1.2, converge=0.9, paper_model=0)
+    assert claims.claim("F2b").rule.grade(f2b) == "partial"
+    assert claims.claim("C3").rule.grade({"paper_constant": 0.5, "corrected_constant": 0.5}) == "corrected"
+    for cid in ("TSEP", "G3", "ARCH"):
+        assert "partial" in {o for _, o in claims.claim(cid).rule.outcomes}, cid
+
+
+def test_the_literal_corollary_1_is_never_confirmed_on_any_model():
+    """C1 read literally is false on paper (the exact three-key example), so a model without a
+    counterexample of its own gives "corrected" (the max-key form C1S proves), never "confirmed"."""
+    from normlimits.theory.vanishing import literal_counterexample
+
+    example = literal_counterexample()
+    assert example.outside == (1, 2)
+    assert literal_counterexample(keys=(2, 2, 2)).outside == ()      # a flat row obeys it
+    with pytest.raises(ValueError, match="temperature"):
+        literal_counterexample(temperature=0)
+    rule = claims.claim("C1").rule
+    values = {"literal_outside": 0.0, "literal_example": len(example.outside), "maxkey_outside": 0.0}
+    assert rule.grade(values) == "corrected"
+    assert rule.grade({**values, "maxkey_outside": 1e-6}) == "refuted"
+
+
+def test_a_sensitivity_row_never_disagrees_with_the_claims_own_row():
+    """Item 6: EPS inconclusive in its chapter and corrected in a one-window survey on the same
+    model is one verdict and a sensitivity row, not an inconsistency; unlabelled it would be."""
+    own = claims.make_row("EPS", {"ordered": 0.0, "extremes": 0.0}, "x", chapter="gradients",
+                          model="m (1M params)")
+    survey = claims.make_row("EPS", {"ordered": 0.5, "extremes": 0.95}, "x", chapter="architectures",
+                             model="m (1M params)", variant="m", sensitivity="one-window survey",
+                             unresampled="one window")
+    assert (own["verdict"], survey["verdict"]) == ("refuted", "corrected")
+    assert ledger.inconsistent([own, survey]) == []
+    unlabelled = {k: v for k, v in survey.items() if k != "sensitivity"}
+    assert len(ledger.inconsistent([own, unlabelled])) == 1
+
+
+def test_every_verdict_has_one_definition():
+    from normlimits.claims.rules import VERDICT_DEFINITIONS
+
+    assert list(VERDICT_DEFINITIONS) == list(claims.VERDICTS)
+    assert "scope" in VERDICT_DEFINITIONS["not testable"]
+    assert "interval" in VERDICT_DEFINITIONS["inconclusive"]
+
+
+def test_the_architectures_survey_labels_its_rows_as_another_protocol():
+    """Item 6: the survey's rows carry a sensitivity label naming their protocol (windows, length,
+    text), which make_row requires to come with a variant."""
+    from normlimits.audit.architectures import survey_protocol
+
+    one = survey_protocol(1, 1024)
+    assert "(1 window of 1024 tokens, the audit's grids)" in one and "own chapter" in one
+    assert "3 windows of 512 tokens of Moby-Dick" in survey_protocol(3, 512, text="Moby-Dick")
+    with pytest.raises(ValueError, match="at least one window"):
+        survey_protocol(0, 1024)
+    row = claims.make_row("EPS", {"ordered": 0.5, "extremes": 0.95}, "x", chapter="architectures",
+                          model="m", variant="m", sensitivity=one, unresampled="one window")
+    assert row["sensitivity"] == one

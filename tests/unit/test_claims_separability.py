@@ -33,11 +33,14 @@ def test_premise_fails_while_the_formula_holds_under_independence():
 
 def test_figure3_rule_is_the_multipart_rule():
     low, high = SEPARABILITY_PLATEAU
-    ok = dict(slope_after=0.0, knee=16, level=(low + high) / 2, tracks=0.01, flattening=0.1)
+    ok = dict(slope_after=0.0, knee=16, level=(low + high) / 2, tracks=0.01, flattening=0.1, paper_model=1)
     assert grade("F3", **ok) == "confirmed"
-    assert grade("F3", **{**ok, "level": 0.3}) == "corrected"          # flattens at another level
+    assert grade("F3", **{**ok, "paper_model": 0}) == "confirmed"
+    assert grade("F3", **{**ok, "level": 0.3}) == "partial"            # flattens at another level
     assert grade("F3", **{**ok, "slope_after": -2 * SEPARABILITY_FLAT_SLOPE, "flattening": 0.9}) == "refuted"
-    assert grade("F3", **{**ok, "knee": 64}) == "corrected"
+    assert grade("F3", **{**ok, "slope_after": -2 * SEPARABILITY_FLAT_SLOPE, "flattening": 0.9,
+                          "paper_model": 0}) == "not reproduced"      # GPT-2's figure, another model
+    assert grade("F3", **{**ok, "knee": 64}) == "partial"
 
 
 def test_other_rules():
@@ -45,14 +48,14 @@ def test_other_rules():
     assert grade("T2", proven_violations=0, paper_shaped_excess=1, derivation=1) == "confirmed"
     assert grade("T2", proven_violations=2, paper_shaped_excess=300, derivation=1) == "refuted"
     assert grade("S80", largest_head=0.8, largest_uniform=0.5) == "confirmed"
-    assert grade("S80", largest_head=0.8, largest_uniform=0.95) == "corrected"
+    assert grade("S80", largest_head=0.8, largest_uniform=0.95) == "refuted"     # a cap: no repair
     assert grade("S80", largest_head=0.95, largest_uniform=0.5) == "refuted"
     assert grade("MON", entropy_rank=-0.8, band_share=0.6) == "confirmed"
     assert grade("MON", entropy_rank=-0.8, band_share=0.1) == "corrected"
     assert grade("MON", entropy_rank=0.3, band_share=0.1) == "refuted"
     assert grade("MON", entropy_rank=-0.8, band_share=math.nan) == "not testable"
     assert grade("TSEP", rank=-1.0, gain=0.3) == "confirmed"
-    assert grade("TSEP", rank=-0.5, gain=0.3) == "corrected"
+    assert grade("TSEP", rank=-0.5, gain=0.3) == "partial"
     assert grade("TSEP", rank=0.5, gain=-0.1) == "refuted"
 
 

@@ -160,7 +160,10 @@ def test_the_undecided_sentence_names_each_undecided_criterion_with_its_half_win
     values = F4.claim_values(F4.curves(p))
     intervals = F4.claim_intervals(p, resamples=200)
     decided = {cid: {k: Interval(v, v, 6) for k, v in vals.items()} for cid, vals in values.items()}
-    assert F4.undecided_sentence(p, decided) == "No verdict of Figure 4 is inconclusive."
+    for cid in ("F4", "LIM"):                   # their identity criterion: not the paper's GPT-2
+        values[cid]["paper_model"] = 0
+    for on_gpt2 in (False, True):     # F4 and LIM name GPT-2's measurements: graded either way
+        assert F4.undecided_sentence(p, decided, paper_model=on_gpt2) == "No verdict of Figure 4 is inconclusive."
     straddling = {**decided, "EPS": {**decided["EPS"], "ordered": Interval(0.5, 1.0, 6)}}
     values["EPS"]["ordered"] = 0.8
     from normlimits import claims
@@ -172,7 +175,7 @@ def test_the_undecided_sentence_names_each_undecided_criterion_with_its_half_win
     # 24 = 6 (0.2 / 0.1)^2: the interval reaches 0.2 from 0.80 towards the threshold 0.9
     real = F4.claim_values(F4.curves(p))["EPS"]["ordered"]
     around = {**decided, "EPS": {**decided["EPS"], "ordered": Interval(min(real, 0.85), max(real, 0.95), 6)}}
-    sentence = F4.undecided_sentence(p, around)
+    sentence = F4.undecided_sentence(p, around, paper_model=False)
     assert sentence.startswith("How many windows would decide it: EPS's criterion 'ordered' is")
     assert "on 6 windows and [" in sentence and "on the first 3" in sentence
     assert intervals["EPS"]["ordered"].n == 6

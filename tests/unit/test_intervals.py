@@ -375,7 +375,7 @@ def test_without_interval_names_the_graded_rows_that_neither_resample_nor_say_wh
                                 intervals={rule.headline: B.Interval(-1.0, 1.0, 8)})
     untestable = claims.make_row("NU", {c.key: None for c in rule.criteria}, "x", chapter="a",
                                  model="m", reason="no model")
-    checks = claims.make_row("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "x",
+    checks = claims.make_row("C1", {"literal_outside": 0.0, "literal_example": 2, "maxkey_outside": 0.0}, "x",
                              chapter="a", model="m")
     assert claims.without_interval([bare, said, resampled, untestable, checks]) == ["NU (-, m)"]
 

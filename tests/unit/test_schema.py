@@ -38,11 +38,14 @@ def ledger_doc():
 
 
 def before_4_0(doc: dict) -> dict:
-    """``doc`` as a writer before 4.0 wrote it: no ``claim_kind``, ``about`` or ``sensitivity``."""
+    """``doc`` as a writer before 4.0 wrote it: no ``claim_kind``, ``about`` or ``sensitivity``,
+    and "corrected" where a rule's outcomes now name "partial" (the verdict 4.0 added)."""
     old = copy.deepcopy(doc)
     for row in old["rows"]:
         for name in ("claim_kind", "about", "sensitivity"):
             row.pop(name, None)
+        row["outcomes"] = [[cond, "corrected" if verdict == "partial" else verdict]
+                           for cond, verdict in row["outcomes"]]
     return old
 
 
@@ -306,14 +309,14 @@ def test_3_0_adds_the_check_kind_and_the_reason_a_row_has_no_interval(ledger_doc
     from normlimits.core.bootstrap import Interval
 
     assert "3.0" in schema.versions()
-    checks = claims.make_row("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "x",
+    checks = claims.make_row("C1", {"literal_outside": 0.0, "literal_example": 2, "maxkey_outside": 0.0}, "x",
                              chapter="vanishing", model="m")
     assert {c["kind"] for c in checks["criteria"]} == {"check"} and "resampling" not in checks
     new = {**copy.deepcopy(ledger_doc), "schema_version": "3.0", "rows": [row_before_4_0(checks)]}
     assert schema.problems(new, "ledger") == []
     assert any("kind" in p for p in schema.problems({**new, "schema_version": "2.1"}, "ledger"))
     with pytest.raises(ValueError, match="is an check|is a check|takes no interval"):
-        claims.make_row("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "x", chapter="vanishing",
+        claims.make_row("C1", {"literal_outside": 0.0, "literal_example": 2, "maxkey_outside": 0.0}, "x", chapter="vanishing",
                         model="m", intervals={"literal_outside": Interval(0.0, 0.1, 8)})
     rule = claims.claim("NU").rule
     values = {c.key: 0.0 for c in rule.criteria}

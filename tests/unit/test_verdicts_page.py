@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import tarfile
+from pathlib import Path
 
 from docutils import nodes
 
@@ -20,88 +21,141 @@ def graded(cid, values, model, chapter=None, variant=None, **extra):
     """A real ledger row: graded by the claim's registered rule."""
     item = claims.claim(cid)
     row = claims.make_row(cid, values, "measured", chapter=chapter or item.chapter, model=model,
-                          variant=variant, reason=extra.pop("reason", None))
+                          variant=variant, reason=extra.pop("reason", None),
+                          sensitivity=extra.pop("sensitivity", None))
     row.update(extra)
     return row
 
 
+C1_LITERAL = {"literal_outside": 0.0, "literal_example": 2, "maxkey_outside": 0.0}
+SURVEY = "the architectures survey's protocol"
+
+
 def ledger_rows():
-    """Paper claims on the real model with stand-in replays, an alternatives row and an
-    architectures replay and comparison."""
+    """Paper claims on the real model with stand-in replays, a premise and its conclusion, the
+    book's own result, a cited claim, an alternatives row in the paper's words, a sensitivity row
+    of the architectures survey on the real model and the architectures comparison."""
     return [
-        graded("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, REAL),              # confirmed
-        graded("C1", {"literal_outside": 0.02, "maxkey_outside": 0.0}, STANDIN, variant="standin"),
+        graded("C1", C1_LITERAL, REAL),                                                   # corrected
+        graded("C1", {**C1_LITERAL, "literal_outside": 0.02}, STANDIN, variant="standin"),
         graded("NU", {"exponent": -0.4, "entropy": 0.5, "regime": 0.1}, REAL),
         graded("NU", {"exponent": -0.41, "entropy": 0.5, "regime": 0.1}, STANDIN, variant="standin"),
-        graded("LIM", {"closeness": 0.0003}, REAL),                                       # refuted
+        graded("LIM", {"closeness": 0.0003, "paper_model": 0}, REAL),                     # not reproduced
         graded("ALT-ssmax-vanishing", {"exponent": 0.0, "gain": 0.5}, REAL),
-        graded("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "standin-rope (1.8M params)",
-               chapter="architectures", variant="standin-rope"),
+        graded("C1", C1_LITERAL, REAL, chapter="architectures", variant="smollm2-135m", sensitivity=SURVEY),
         graded("ARCH", {"agreement": 1.0, "majority": 1.0},
                "standin-rope (1.8M params) against standin (2.0M params)", chapter="architectures"),
+        graded("MHP", {"rate_ratio": 0.3, "dependence": 0.2}, REAL),                       # refuted
+        graded("MH", {"gap": 0.1, "bernoulli": 0.0, "jensen": 0.0, "arithmetic": 0.992}, REAL),
+        graded("C1S", {"outside": 0.0}, REAL),
+        graded("ALT-gamma", {"below": 0.01, "above": 0.99}, REAL),
     ]
 
 
-def test_rows_are_sorted_into_the_papers_claims_and_the_books_questions():
+PARTS = ["paper", "control", "paper", "control", "paper", "paper", "sensitivity", "book",
+         "premise", "paper", "book", "cited"]
+
+
+def test_rows_are_sorted_into_the_papers_claims_and_the_rest():
     rows = ledger_rows()
-    parts = [S.part_of(r) for r in rows]
-    assert parts == ["paper", "control", "paper", "control", "paper", "alternatives",
-                     "architectures", "architectures"]
-    assert [r["id"] for r in S.paper_rows(rows)] == ["C1", "NU", "LIM"]
+    assert [S.part_of(r) for r in rows] == PARTS
+    assert [r["id"] for r in S.paper_rows(rows)] == ["C1", "NU", "LIM", "ALT-ssmax-vanishing", "MH"]
     assert S.about_gpt2(rows[4]) and not S.about_gpt2(rows[0])
     assert S.about_gpt2(graded("F3", {c.key: 0.8 for c in claims.claim("F3").rule.criteria}, REAL))
+    # from the registry, not the wording: S80 (Sec. 3.2) and C3 (Fig. 4) are universal
+    for cid in ("S80", "C3"):
+        assert not S.about_gpt2({"id": cid})
     assert S.model_setting("gpt2 (default) (124.4M params)") == "gpt2"
     assert S.on_paper_model({"model": "gpt2 (default) (124.4M params)"})
     assert not S.on_paper_model({"model": "gpt2-random (124.4M params)"})
     assert S.short_model(REAL) == "smollm2-135m"
 
 
+def test_the_count_excludes_premises_the_books_cited_and_sensitivity_rows():
+    rows = ledger_rows()
+    text = S.bottom_line(rows)
+    assert text.startswith("**Bottom line.** This build graded 5 claims of the paper on SmolLM2-135M")
+    for cid in ("MHP", "C1S", "ALT-gamma", "ARCH"):
+        assert claims.claim(cid).claim not in text       # never listed as a counted claim
+    assert "the premise MHP, the premise of MH (refuted on SmolLM2-135M: premise fails)" in text
+    assert "the book's own results and questions (ARCH and C1S)" in text
+    assert "other papers' claims (ALT-gamma)" in text and "1 sensitivity row" in text
+    # a sensitivity row on the chapter's own model is no replay: only the stand-in is a control
+    assert "Replayed on SmolLM2-135M" not in text
+    assert "Replayed on the stand-in by the same rules, 2 of 2 of these claims keep their verdict" in text
+    bar = S.bottom_line_html(rows)
+    assert 'data-part="paper" data-total="5"' in bar
+    apart = S.book_counts_html(rows)
+    for part, n in (("premise", 1), ("book", 2), ("cited", 1), ("sensitivity", 1), ("control", 2)):
+        assert f'data-part="{part}" data-total="{n}"' in apart
+
+
 def test_bottom_line_says_what_holds_on_which_model_from_the_rows():
     rows = ledger_rows()
     text = S.bottom_line(rows)
     verdicts = {r["id"]: r["verdict"] for r in S.paper_rows(rows)}
-    assert text.startswith("**Bottom line.** This build graded 3 claims of the paper on SmolLM2-135M")
     assert "not the paper's GPT-2 124M" in text
     for cid, verdict in verdicts.items():
         one, many = S.VERDICT_WORDS[verdict]
         assert f"({cid})" in text
         assert one in text or many in text
-    assert "Replayed on the stand-in" in text and "1 of 2 claims keep their verdict" in text
-    assert "C1 is corrected there (confirmed above)" in text
-    assert "LIM is a claim about GPT-2 (its wording, or the paper's measurement)" in text
+    assert "LIM names GPT-2's own measurements" in text and "never refuted" in text
     assert S.bottom_line([]) == "No claim of the paper was graded in this build."
 
 
 def test_bottom_line_changes_with_the_ledger():
     rows = ledger_rows()
-    rows[0] = graded("C1", {"literal_outside": 0.5, "maxkey_outside": 0.5}, REAL)      # refuted
+    rows[0] = graded("C1", {**C1_LITERAL, "literal_outside": 0.5, "maxkey_outside": 0.5}, REAL)   # refuted
     text = S.bottom_line(rows)
-    assert re.search(r"\*\*3 are refuted\*\*: Softmax weights [^;]*\(C1\); Attention", text)
+    assert re.search(r"\*\*2 are refuted\*\*: Softmax weights [^;]*\(C1\); Attention", text)
     assert "C1 is corrected there (refuted above)" in text
 
 
 def test_counts_and_tables_carry_what_the_tests_of_the_site_read():
     rows = ledger_rows()
     paper = S.paper_rows(rows)
-    bar = S.counts_html(paper, "3 claims of the paper", "paper")
-    assert 'data-part="paper" data-total="3"' in bar
+    bar = S.counts_html(paper, "5 claims of the paper", "paper")
+    assert 'data-part="paper" data-total="5"' in bar
     for verdict in claims.VERDICTS:
         want = sum(r["verdict"] == verdict for r in paper)
         assert f'data-verdict="{verdict}"><span class="verdict-count-number">{want}</span>' in bar
-    table = S.chapter_table_html([r for r in rows if r["chapter"] == "vanishing"], "vanishing.html")
+    vanishing = [r for r in rows if r["chapter"] == "vanishing"]
+    table = S.chapter_table_html(vanishing, "vanishing.html")
     assert 'data-columns="5"' in table and "with-paper" in table             # id, claim, paper, 2 models
-    assert table.count('class="verdict-cell"') == 4 and table.count("<tr>") == 3
-    assert 'href="vanishing.html#verdict"' in table
+    assert table.count('class="verdict-cell"') == 5 and table.count("<tr>") == 4
+    assert 'href="vanishing.html#verdict"' in table and "C1S (the book&#x27;s)" in table
     assert "smollm2-135m (134.5M params)" in table and "standin (2.0M params)" in table
     gradients = S.chapter_table_html([rows[4]], None)
     assert "about GPT-2; measured here on smollm2-135m" in gradients
     arch = S.chapter_table_html([r for r in rows if r["chapter"] == "architectures"], None)
-    assert "models compared" in arch and 'data-columns="5"' in arch     # id, claim, paper, rope, comparison
+    assert "models compared" in arch and "sensitivity row" in arch and 'data-part="sensitivity"' in arch
+    assert "C1 (smollm2-135m, sensitivity)" in arch
+    counts = S.chapter_counts_html([r for r in rows if r["chapter"] == "architectures"])
+    assert counts.startswith("<p class=\"verdict-chapter-counts\">1 rows: 1 confirmed; and 1 sensitivity row")
+
+
+def test_a_conclusion_whose_premise_is_refuted_says_premise_fails():
+    rows = [r for r in ledger_rows() if r["chapter"] == "separability"]
+    table = S.chapter_table_html(rows, None)
+    assert "MHP (premise)" in table
+    assert "premise fails: MHP is refuted on this model" in table
+    holds = [graded("MHP", {"rate_ratio": 0.9, "dependence": 0.0}, REAL), rows[1]]
+    assert "verdict-premise-note" not in S.chapter_table_html(holds, None)
+
+
+def test_the_legend_defines_every_verdict_and_comes_before_the_tables():
+    legend = S.legend_html()
+    for verdict in claims.VERDICTS:
+        assert f'<dt data-verdict="{verdict}">' in legend
+    assert "outside the claim" in legend and "partial hold" in legend
+    source = (Path(__file__).parents[2] / "book" / "verdicts.md").read_text()
+    assert source.index("{verdict-legend}") < source.index("{claims-ledger}")
+    assert source.count("{verdict-legend}") == 1
 
 
 def test_a_second_row_of_one_claim_on_one_model_opens_a_new_line():
-    one = graded("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, REAL)
-    two = graded("C1", {"literal_outside": 0.1, "maxkey_outside": 0.1}, REAL, variant="other reading")
+    one = graded("C1", C1_LITERAL, REAL)
+    two = graded("C1", {**C1_LITERAL, "literal_outside": 0.1, "maxkey_outside": 0.1}, REAL, variant="other reading")
     columns, lines = S.table_lines([one, two])
     assert columns == ["smollm2-135m"] and len(lines) == 2
 
@@ -189,5 +243,5 @@ def test_a_model_the_chapter_describes_itself_is_named_whole_in_the_bottom_line(
     rows = ledger_rows() + [graded("TR", {c.key: 0.5 for c in claims.claim("TR").rule.criteria}, runs)]
     text = S.bottom_line(rows)
     assert "byte-level GPT-2, 2 layers x 4 heads x 128, 3 seeds per T (1 of them)" in text
-    assert "SmolLM2-135M, a real pretrained model of GPT-2's size (not the paper's GPT-2 124M) (3 of them)" in text
+    assert "SmolLM2-135M, a real pretrained model of GPT-2's size (not the paper's GPT-2 124M) (5 of them)" in text
     assert S.model_words(STANDIN).startswith("the stand-in") and S.model_words(runs).startswith("byte-level GPT-2,")

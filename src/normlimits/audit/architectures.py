@@ -37,7 +37,7 @@ from normlimits.model.corpus import token_windows
 
 __all__ = ["ARCHITECTURES_ENV", "OFFLINE_MODELS", "ONLINE_MODELS", "YARDSTICK_CLAIMS", "Skipped",
            "Surveyed", "model_names", "survey", "comparison_table",
-           "verdict_table", "holds", "headline_text", "plot_yardstick"]
+           "verdict_table", "holds", "headline_text", "plot_yardstick", "survey_protocol"]
 
 ARCHITECTURES_ENV = "NORMLIMITS_ARCHITECTURES"
 OFFLINE_MODELS = ("standin", "standin-rope", "smollm2-135m")
@@ -180,6 +180,20 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
                        windows=len(windows), source=loaded.source, measured=run["measured"],
                        seconds=time.perf_counter() - start)
         del loaded
+
+
+def survey_protocol(windows: int, length: int, text: str | None = None) -> str:
+    """What a survey row's protocol is, for its ``sensitivity`` label: the architectures chapter
+    grades each yardstick claim on ``windows`` windows of ``length`` tokens (of ``text`` when it is
+    another text than the book's corpus), with the audit's grids, which is not the protocol of the
+    claim's own chapter. The row is therefore a sensitivity row, never the claim's counted
+    verdict. ValueError for a non-positive count."""
+    if windows < 1 or length < 1:
+        raise ValueError(f"a survey needs at least one window of one token, got {windows} x {length}")
+    where = f" of {text}" if text else ""
+    return (f"the architectures survey's protocol ({windows} window{'s' if windows != 1 else ''} of "
+            f"{length} tokens{where}, the audit's grids), not the claim's own chapter's: its counted "
+            "verdict on a model is that chapter's row")
 
 
 def holds(verdict: str) -> str:

@@ -57,6 +57,7 @@ from normlimits.metrics import critical_n as C, jacobian as J, vanishing as V
 from normlimits.metrics.jacobian import default_rows, default_temperatures
 from normlimits.metrics.separability import spaced_rows
 from normlimits.metrics.token_means import position_study
+from normlimits.theory.vanishing import literal_counterexample
 
 __all__ = ["AuditConfig", "Measured", "YARDSTICKS", "CRITICAL_PROTOCOLS", "critical_reading",
            "vanishing", "critical_n", "separability",
@@ -223,9 +224,12 @@ def vanishing(captures: Iterable, config: AuditConfig, model: str) -> Measured:
              f"{values['exponent']:.2f}); median entropy / log L at the largest L "
              f"{values['entropy']:.2f}; $L > e^{{2\\Delta/T}}$ in {values['regime']:.1%} of rows",
              model, intervals=V.nu_intervals(stats)),
-        _row("C1", {"literal_outside": shares["literal"], "maxkey_outside": shares["paper"]},
+        _row("C1", {"literal_outside": shares["literal"],
+                    "literal_example": len(literal_counterexample().outside),
+                    "maxkey_outside": shares["paper"]},
              f"{int(stats.literal_outside.sum()):,} of {n_weights:,} weights break the bound with "
-             f"the per-key $\\Delta_i$; {int(stats.paper_outside.sum()):,} with the max-key $\\Delta$",
+             f"the per-key $\\Delta_i$ (and {len(literal_counterexample().outside)} of the exact "
+             f"three-key example's 3); {int(stats.paper_outside.sum()):,} with the max-key $\\Delta$",
              model),
     ]
     statistics = {**values, "literal_outside": shares["literal"], "maxkey_outside": shares["paper"],
@@ -347,7 +351,7 @@ def separability(captures: Iterable, config: AuditConfig, model: str) -> Measure
     upper = sweep.upper_exponential["values"].reshape(-1, len(grid)).numpy()
     st = SC.figure3_statistics(sweep.n_grid, per_head, upper, protocol.SEPARABILITY_FLAT_SLOPE)
     keys = ("slope_after", "knee", "level", "tracks", "flattening")
-    values = {k: _f(st[k]) for k in keys}
+    values = {**{k: _f(st[k]) for k in keys}, "paper_model": int(config.paper_model)}
     reading = ("every query position (paper, Algorithm 4)" if rows_at is None
                else f"{len(rows_at)} evenly spaced query rows per window")
     # the separability chapter's intervals over the windows (none with one window); the knee
@@ -396,7 +400,7 @@ def jacobian(captures: Iterable, config: AuditConfig, model: str) -> Measured:
                                     seed=config.direction_seed)
     curves = F4.curves(profile)
     st = F4.statistics(curves)
-    values = F4.claim_values(curves)["F4"]
+    values = {**F4.claim_values(curves)["F4"], "paper_model": int(config.paper_model)}
     intervals = F4.claim_intervals(profile)
     rows = [
         _row("F4", values, f"slopes $T \\le$ {protocol.SHARP_T:g}: "

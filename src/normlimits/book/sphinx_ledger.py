@@ -4,7 +4,12 @@ Two directives, both filled once every chapter has executed:
 
 * ``{claims-bottom-line}`` (the landing page and the top of the Verdicts page): one paragraph
   saying which of the paper's claims hold and which do not, on which model, generated from the
-  ledger (:func:`bottom_line`), then the count of the paper's claims per verdict.
+  ledger (:func:`bottom_line`), then the count of the paper's claims per verdict. Only claims of
+  kind ``paper`` (:class:`normlimits.claims.Claim`), each on its own row, are counted: premises,
+  the book's own results, other papers' claims, replays on control models, chosen-reading rows
+  and sensitivity rows (another protocol on the same model) are listed apart.
+* ``{verdict-legend}``: every verdict defined once (:data:`normlimits.claims.rules.VERDICT_DEFINITIONS`),
+  placed before the tables.
 * ``{claims-ledger}`` with ``:part: paper`` or ``:part: book``: one section per chapter (a
   heading with an anchor, in the page's contents), each a table with one line per claim: its id
   (linking to the chapter's verdict), the claim in a few words with what it rests on and the full
@@ -42,6 +47,7 @@ from sphinx.util.docutils import SphinxDirective
 from normlimits import claims
 from normlimits.claims import ledger
 from normlimits.claims import CHAPTER_MODULES, VERDICTS, Criterion, readings_words
+from normlimits.claims.rules import VERDICT_DEFINITIONS
 from normlimits.core.markup import html_table, inline_html, significant, units_of, with_interval
 from normlimits.core.cache import atomic_write_json
 
@@ -75,6 +81,24 @@ MODEL_WORDS = {
 }
 
 
+#: a model setting's short name, used wherever a sentence names a model again
+MODEL_NAMES = {"gpt2": "GPT-2 124M", "smollm2-135m": "SmolLM2-135M", "standin": "the stand-in",
+               "standin-rope": "the RoPE stand-in", "gpt2-random": "random-weight GPT-2"}
+#: how the page names the groups of rows that are not counted as the paper's claims
+APART = {
+    "premise": "premises of the paper's claims (each graded beside its conclusion: \"premise "
+               "fails\" where it is refuted)",
+    "book": "the book's own results and questions (not in the paper)",
+    "cited": "other papers' claims that the book tests",
+    "chosen": "graded on a reading chosen among several because it reproduces the figure "
+              "(labelled variants beside the claims' own rows, which rest on the primary reading)",
+    "sensitivity": "sensitivity rows: another protocol on the same model (shown beside the "
+                   "claim's own row, never its verdict)",
+    "control": "the paper's claims replayed on the control models (the other model columns of "
+               "the tables)",
+}
+
+
 # --- the rows ----------------------------------------------------------------------------------
 
 def short_model(label: str) -> str:
@@ -93,14 +117,23 @@ def on_paper_model(row: dict) -> bool:
     return model_setting(row["model"]) == "gpt2"
 
 
+def _registered(row: dict, field: str, default: str) -> str:
+    """A row's ``claim_kind`` or ``about`` (schema 4.0); for an older row, the registry's."""
+    if row.get(field):
+        return row[field]
+    item = claims.REGISTRY.get(row["id"])
+    return getattr(item, "kind" if field == "claim_kind" else field) if item else default
+
+
+def claim_kind(row: dict) -> str:
+    """Whose statement the row grades: ``paper``, ``premise``, ``book`` or ``cited``."""
+    return _registered(row, "claim_kind", "paper")
+
+
 def about_gpt2(row: dict) -> bool:
-    """Whether a claim of the paper is about GPT-2: its wording names GPT-2, or it is one of the
-    paper's measurements (its experiments, Section 3 and the figures, all ran on GPT-2 124M).
-    The book's own questions are not."""
-    if part_of(row) not in ("paper", "control"):
-        return False
-    words = row.get("claim_text", row["claim"]) + " " + row.get("paper", "")
-    return "GPT-2" in words or bool(re.search(r"\bSec\. 3\b|\bFig(ure|\.)", row.get("section", "")))
+    """Whether the row's claim names GPT-2's own measurements (the registry's ``about="gpt2"``):
+    on another model it can be "not reproduced" but never "refuted"."""
+    return _registered(row, "about", "general") == "gpt2"
 
 
 def home(row: dict) -> str:
@@ -109,23 +142,26 @@ def home(row: dict) -> str:
 
 
 def part_of(row: dict) -> str:
-    """Where a row belongs: ``paper`` (a claim of the paper, graded by its own chapter on the
-    chapter's model), ``chosen`` (the same claim on the same model graded on a reading chosen
-    among several because it reproduces the figure: a labelled variant with a ``selection``, shown
-    beside the claim's own row and counted apart, never as the claim's verdict), ``control`` (the
-    same claim replayed on a control model: a variant), or the chapter of the book's own question
-    (``alternatives``, ``architectures``)."""
-    if row["chapter"] in BEYOND_PAPER:
-        return row["chapter"]
-    if home(row) in BEYOND_PAPER:
-        return home(row)
+    """Where a row belongs: ``sensitivity`` (a labelled row measured under another protocol on the
+    same model, e.g. the architectures chapter's survey: shown, never the claim's verdict),
+    ``chosen`` (graded on a reading chosen among several because it reproduces the figure: a
+    labelled variant with a ``selection``), ``control`` (a claim of the paper replayed on a control
+    model: a variant), else by whose statement it grades (:func:`claim_kind`): ``paper`` (the
+    claim's own row, counted as the paper's), ``premise``, ``book`` or ``cited`` (any row of
+    such a claim, its replays included)."""
+    if row.get("sensitivity"):
+        return "sensitivity"
     if row.get("selection"):
         return "chosen"
-    return "control" if row.get("variant") else "paper"
+    kind = claim_kind(row)
+    if row.get("variant") and kind == "paper":
+        return "control"
+    return kind
 
 
 def paper_rows(rows: list[dict]) -> list[dict]:
-    """The paper's claims as graded on each chapter's own model (one row per claim)."""
+    """The rows counted as the paper's claims: each claim of kind ``paper``, on its own row (no
+    variant: not a replay, a chosen reading or a sensitivity row), wherever it was graded."""
     return [r for r in rows if part_of(r) == "paper"]
 
 
@@ -191,6 +227,12 @@ def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def model_name(label: str) -> str:
+    """A row's model in a few words (:data:`MODEL_NAMES`), for a sentence that names it again;
+    a model of no known setting by its whole label without its parameter count."""
+    return MODEL_NAMES.get(model_setting(label), short_model(label))
+
+
 def model_words(label: str) -> str:
     """A row's model label in words: the words of its model setting (:data:`MODEL_WORDS`), else
     the whole label without its parameter count (a model the chapter describes itself, e.g. the
@@ -199,11 +241,15 @@ def model_words(label: str) -> str:
 
 
 def bottom_line(rows: list[dict]) -> str:
-    """The bottom line, generated from the ledger: on which model the paper's claims were graded,
-    which hold as stated, which once corrected, which are refuted, not reproduced, not testable (or
-    inconclusive), each claim in its few words with its id; then how many keep their verdict on
-    the control models, and which claims are about GPT-2 itself. MyST-like text (``$math$``,
-    ``**bold**``) for :func:`normlimits.core.markup.inline_html`."""
+    """The bottom line, generated from the ledger: how many claims of the paper (kind ``paper``,
+    each on its own row: :func:`paper_rows`) were graded on which model, which hold as stated,
+    which once corrected, which in part, which are refuted, not reproduced, not testable or
+    inconclusive, each claim in its few words with its id; then what is listed apart and not
+    counted (premises, with "premise fails" where one is refuted; the book's own results; other
+    papers' claims; sensitivity rows), how many claims keep their verdict on each control model
+    (another model, never the same one), and which counted claims name GPT-2's own measurements
+    (the registry's ``about``). MyST-like text (``$math$``, ``**bold**``) for
+    :func:`normlimits.core.markup.inline_html`."""
     paper = paper_rows(rows)
     if not paper:
         return "No claim of the paper was graded in this build."
@@ -219,25 +265,67 @@ def bottom_line(rows: list[dict]) -> str:
         one, many = VERDICT_WORDS.get(verdict, (f"is {verdict}", f"are {verdict}"))
         items = "; ".join(f"{r['claim']} ({r['id']})" for r in chosen)
         parts.append(f"**{counts[verdict]} {one if counts[verdict] == 1 else many}**: {items}.")
-    controls = [r for r in rows if part_of(r) == "control"]
-    own = {r["id"]: r for r in paper}
-    for words in dict.fromkeys(model_words(r["model"]) for r in controls):
-        replayed = [r for r in controls if model_words(r["model"]) == words and r["id"] in own]
-        if not replayed:
-            continue
-        differ = [r for r in replayed if r["verdict"] != own[r["id"]]["verdict"]]
-        text = (f"Replayed on {words} by the same rules, "
-                f"{len(replayed) - len(differ)} of {len(replayed)} claims keep their verdict")
+    apart = _apart_sentence(rows)
+    if apart:
+        parts.append(apart)
+    own = {(r["id"], model_setting(r["model"])): r for r in paper}
+    first = {r["id"]: r for r in paper}
+    controls = [r for r in rows if part_of(r) == "control" and r["id"] in first
+                and (r["id"], model_setting(r["model"])) not in own]
+    for name in dict.fromkeys(model_name(r["model"]) for r in controls):
+        replayed = [r for r in controls if model_name(r["model"]) == name]
+        differ = [r for r in replayed if r["verdict"] != first[r["id"]]["verdict"]]
+        text = (f"Replayed on {name} by the same rules, "
+                f"{len(replayed) - len(differ)} of {len(replayed)} of these claims keep their verdict")
         if differ:
-            text += "; " + "; ".join(f"{r['id']} is {r['verdict']} there ({own[r['id']]['verdict']} above)"
+            text += "; " + "; ".join(f"{r['id']} is {r['verdict']} there ({first[r['id']]['verdict']} above)"
                                      for r in differ)
         parts.append(text + ".")
     gpt2 = [r["id"] for r in paper if about_gpt2(r) and not on_paper_model(r)]
     if gpt2:
-        parts.append(f"{_join(gpt2)} {'is a claim' if len(gpt2) == 1 else 'are claims'} about "
-                     "GPT-2 (its wording, or the paper's measurement), measured here on another model: "
+        parts.append(f"{_join(gpt2)} {'names' if len(gpt2) == 1 else 'name'} GPT-2's own measurements "
+                     "and, measured here on another model, can be not reproduced but never refuted: "
                      f"{'its verdict is' if len(gpt2) == 1 else 'their verdicts are'} about that model.")
     return " ".join(parts)
+
+
+def premise_fails(rows: list[dict], row: dict) -> dict | None:
+    """The refuted row of ``row``'s premise on the same model and protocol (same variant), if
+    any: the conclusion is then shown with "premise fails"."""
+    premise = row.get("premise")
+    if not premise:
+        return None
+    return next((r for r in rows if r["id"] == premise and r["model"] == row["model"]
+                 and r.get("variant", "") == row.get("variant", "") and r["verdict"] == "refuted"), None)
+
+
+def _apart_sentence(rows: list[dict]) -> str:
+    """What is graded but not counted: premises (with "premise fails"), the book's own results,
+    other papers' claims, and the number of sensitivity rows."""
+    items = []
+    for kind in ("premise", "book", "cited"):
+        found = [r for r in rows if part_of(r) == kind]
+        if not found:
+            continue
+        if kind == "premise":
+            found = [r for r in found if not r.get("variant")] or found     # its own rows
+            words = "; ".join(
+                f"{r['id']}, the premise of {', '.join(sorted({c['id'] for c in rows if c.get('premise') == r['id']})) or 'a claim'}"
+                f" ({r['verdict']} on {model_name(r['model'])}"
+                + (": premise fails" if r["verdict"] == "refuted" else "") + ")" for r in found)
+            items.append(f"{'the premise' if len(found) == 1 else 'the premises'} {words}")
+        else:
+            label = {"book": "the book's own results and questions", "cited": "other papers' claims"}[kind]
+            ids = list(dict.fromkeys(r["id"] for r in found))
+            shown = _join(ids) if len(ids) <= 6 else f"{len(ids)} of them"
+            items.append(f"{label} ({shown})")
+    sensitivity = [r for r in rows if part_of(r) == "sensitivity"]
+    if sensitivity:
+        items.append(f"{len(sensitivity)} sensitivity row{'s' if len(sensitivity) != 1 else ''} "
+                     "(another protocol on the same model)")
+    if not items:
+        return ""
+    return "Graded but not counted as the paper's claims: " + "; ".join(items) + "."
 
 
 # --- HTML --------------------------------------------------------------------------------------
@@ -265,22 +353,31 @@ def _details_html(line_rows: list[dict]) -> str:
     texts += [f"Measured on {r['model']}" + (f" ({r['variant']})" if r.get("variant") else "")
               + f": {r['measured']}" + (f" Reading: {r['reading']}." if r.get("reading") else "")
               + (f" Not testable here: {r['reason']}" if r.get("reason") else "")
+              + (f" Sensitivity row (not counted as the claim's verdict): {r['sensitivity']}."
+                 if r.get("sensitivity") else "")
               + (f" {readings_words(r)}" if r.get("readings") else "") for r in line_rows]
     texts.append(f"Rule: {first['rule']}." + (f" Scope: {first['scope']}." if first.get("scope") else ""))
     body = "".join(f"<p>{inline_html(t)}</p>" for t in texts)
     return f'<details class="claim-details"><summary>paper, measured, rule</summary>{body}</details>'
 
 
-def _model_cell(row: dict | None, column: str) -> str:
+def _model_cell(row: dict | None, column: str, premise: dict | None = None) -> str:
     if row is None:
         return '<span class="claim-absent" title="not measured on this model">—</span>'
     head = headline(row)
     parts = [f'<span class="verdict-cell" data-claim="{html.escape(row["id"])}" '
+             f'data-part="{html.escape(part_of(row))}" '
              f'data-chapter="{html.escape(row["chapter"])}" data-variant="{html.escape(row.get("variant", ""))}" '
              f'data-verdict="{html.escape(row["verdict"])}">{badge_html(row["verdict"])} '
              f'<span class="verdict-number">{html.escape(number_text(row))}</span></span>']
     if column == "comparison":
         parts.append(f'<span class="verdict-model-note">{html.escape(short_model(row["model"]))}</span>')
+    if part_of(row) == "sensitivity":
+        parts.append('<span class="verdict-model-note verdict-sensitivity-note">sensitivity row: another '
+                     "protocol on this model, not counted as the claim's verdict</span>")
+    if premise is not None:
+        parts.append(f'<span class="verdict-model-note verdict-premise-note">premise fails: '
+                     f"{html.escape(premise['id'])} is refuted on this model</span>")
     if about_gpt2(row) and not on_paper_model(row):
         parts.append(f'<span class="verdict-model-note verdict-gpt2-note">about GPT-2; measured here on '
                      f"{html.escape(model_setting(row['model']))}</span>")
@@ -297,10 +394,26 @@ def _column_title(column: str, rows: list[dict]) -> str:
     return column + (f" ({sizes.pop()})" if len(sizes) == 1 else "")
 
 
+#: how a line's id is marked when its claim is not the paper's, or its row is not the claim's own
+KIND_MARKS = {"premise": "premise", "book": "the book's", "cited": "cited"}
+
+
+def line_label(row: dict) -> str:
+    """A table line's label: the id, with the variant of a chosen-reading or sensitivity row and
+    the kind of a claim that is not the paper's (``MHP (premise)``, ``C1S (the book's)``)."""
+    marks = []
+    if part_of(row) in ("chosen", "sensitivity"):
+        marks.append(row["variant"] + (", sensitivity" if part_of(row) == "sensitivity" else ""))
+    if claim_kind(row) in KIND_MARKS:
+        marks.append(KIND_MARKS[claim_kind(row)])
+    return row["id"] + (f" ({'; '.join(marks)})" if marks else "")
+
+
 def chapter_table_html(rows: list[dict], chapter_uri: str | None) -> str:
-    """One chapter's claims as a table: id (a link to the chapter's verdict), the claim (what it
-    rests on, the details toggle), what the paper reports (when the chapter's claims say), one
-    column per model."""
+    """One chapter's claims as a table: id (a link to the chapter's verdict; :func:`line_label`),
+    the claim (what it rests on, the details toggle), what the paper reports (when the chapter's
+    claims say), one column per model. A sensitivity row says so in its cell, and a conclusion
+    whose premise is refuted on the same model and protocol says "premise fails"."""
     columns, lines = table_lines(rows)
     with_paper = any(r.get("paper_value") for r in rows)
     header = ["id", "claim", *(["paper"] if with_paper else []), *(_column_title(c, rows) for c in columns)]
@@ -308,7 +421,7 @@ def chapter_table_html(rows: list[dict], chapter_uri: str | None) -> str:
     for line in lines:
         line_rows = list(line["rows"].values())
         first = line_rows[0]
-        label = html.escape(line["id"] + (f" ({first['variant']})" if part_of(first) == "chosen" else ""))
+        label = html.escape(line_label(first))
         ident = f'<a class="claim-id" href="{html.escape(chapter_uri)}#verdict">{label}</a>' \
             if chapter_uri else f'<span class="claim-id">{label}</span>'
         head = headline(first)
@@ -318,13 +431,27 @@ def chapter_table_html(rows: list[dict], chapter_uri: str | None) -> str:
         row_cells = [ident, claim]
         if with_paper:
             row_cells.append(f'<span class="claim-paper">{inline_html(first.get("paper_value") or "—")}</span>')
-        row_cells += [_model_cell(line["rows"].get(c), c) for c in columns]
+        row_cells += [_model_cell(line["rows"].get(c), c,
+                                  premise_fails(rows, line["rows"][c]) if c in line["rows"] else None)
+                      for c in columns]
         cells.append(row_cells)
     kinds = ["id-column", "claim-column", *(["paper-column"] if with_paper else []),
              *(["model-column"] * len(columns))]
     return html_table(header, cells, column_classes=kinds,
                       classes=("claims-ledger", f"claims-models-{len(columns)}",
                                *(["with-paper"] if with_paper else [])))
+
+
+def chapter_counts_html(rows: list[dict]) -> str:
+    """A chapter's rows per verdict, its sensitivity rows counted apart (they are not verdicts)."""
+    graded = [r for r in rows if part_of(r) != "sensitivity"]
+    counts = Counter(r["verdict"] for r in graded)
+    summary = ", ".join(f"{counts[v]} {v}" for v in verdict_order(graded) if counts[v])
+    apart = len(rows) - len(graded)
+    more = (f"; and {apart} sensitivity row{'s' if apart != 1 else ''} (another protocol on the "
+            "same model, not verdicts)") if apart else ""
+    return (f'<p class="verdict-chapter-counts">{len(graded)} rows: {html.escape(summary or "none")}'
+            f"{html.escape(more)}.</p>")
 
 
 def bottom_line_html(rows: list[dict]) -> str:
@@ -335,26 +462,30 @@ def bottom_line_html(rows: list[dict]) -> str:
 
 
 def book_counts_html(rows: list[dict]) -> str:
-    """The book's own questions, counted by kind (alternatives, architectures, control replays)."""
+    """The rows not counted as the paper's claims, counted by group (:data:`APART`: premises, the
+    book's own, other papers' claims, chosen readings, sensitivity rows, control replays)."""
     parts = []
-    for part, label in (("chosen", "graded on a reading chosen among several because it reproduces "
-                                   "the figure (labelled variants beside the claims' own rows, "
-                                   "which rest on the primary reading)"),
-                        ("alternatives", "on other normalisers (the alternatives chapter)"),
-                        ("architectures", "on other architectures (the architectures chapter)"),
-                        ("control", "the paper's claims replayed on the control models (the other "
-                                    "model columns of the tables above)")):
+    for part, label in APART.items():
         chosen = [r for r in rows if part_of(r) == part]
         if chosen:
-            parts.append(counts_html(chosen, f"{len(chosen)} rows {label}", part))
-    return "".join(parts) or "<p>The book asked no questions of its own in this build.</p>"
+            parts.append(counts_html(chosen, f"{len(chosen)} row{'s' if len(chosen) != 1 else ''} "
+                                             f"of {label}", part))
+    return "".join(parts) or "<p>Every row of this build is counted as a claim of the paper.</p>"
+
+
+def legend_html() -> str:
+    """Every verdict defined once, in the registry's order, as a definition list
+    (:data:`normlimits.claims.rules.VERDICT_DEFINITIONS`), each term with its badge."""
+    items = "".join(f'<dt data-verdict="{html.escape(v)}">{badge_html(v)}</dt>'
+                    f"<dd>{inline_html(VERDICT_DEFINITIONS[v])}</dd>" for v in VERDICTS)
+    return f'<dl class="verdict-legend">{items}</dl>'
 
 
 # --- Sphinx ------------------------------------------------------------------------------------
 
 class ledger_placeholder(nodes.General, nodes.Element):
     """Replaced once every chapter has executed: ``kind`` is ``bottom-line``, ``counts`` (the
-    book's own questions), ``download`` or ``chapter`` (with ``chapter``)."""
+    rows not counted as the paper's), ``legend``, ``download`` or ``chapter`` (with ``chapter``)."""
 
 
 def _source_title(env, chapter: str) -> str:
@@ -376,6 +507,13 @@ class BottomLineDirective(SphinxDirective):
 
     def run(self):
         return [ledger_placeholder(kind="bottom-line")]
+
+
+class VerdictLegendDirective(SphinxDirective):
+    """``{verdict-legend}``: every verdict defined once (:func:`legend_html`)."""
+
+    def run(self):
+        return [ledger_placeholder(kind="legend")]
 
 
 class ClaimsLedgerDirective(SphinxDirective):
@@ -429,6 +567,8 @@ def _fill(node, rows: list[dict], app, fromdocname: str) -> nodes.Node:
         text = bottom_line_html(rows)
     elif kind == "counts":
         text = book_counts_html(rows)
+    elif kind == "legend":
+        text = legend_html()
     elif kind == "download":
         text = (f'<p class="ledger-download">Every row below, with every criterion, value and '
                 f'rule, in one file: <a href="{html.escape(_uri(app, fromdocname, LEDGER_FILE))}" '
@@ -441,10 +581,7 @@ def _fill(node, rows: list[dict], app, fromdocname: str) -> nodes.Node:
             return nodes.paragraph(text="No verdicts recorded for this chapter in this build.")
         doc = next((d for d in app.env.found_docs if Path(d).name == chapter), None)
         uri = app.builder.get_relative_uri(fromdocname, doc) if doc else None
-        counts = Counter(r["verdict"] for r in chapter_rows)
-        summary = ", ".join(f"{counts[v]} {v}" for v in verdict_order(chapter_rows) if counts[v])
-        text = (f'<p class="verdict-chapter-counts">{len(chapter_rows)} rows: {html.escape(summary)}.</p>'
-                + chapter_table_html(chapter_rows, uri))
+        text = chapter_counts_html(chapter_rows) + chapter_table_html(chapter_rows, uri)
     return nodes.raw("", text, format="html")
 
 
@@ -453,7 +590,7 @@ def _resolve(app, doctree, fromdocname):
     if not placeholders:
         return
     rows = _rows(app)
-    if any(p["kind"] != "bottom-line" for p in placeholders):
+    if any(p["kind"] not in ("bottom-line", "legend") for p in placeholders):
         for missing in claims.missing_claims(rows, _chapters(app)):
             logger.warning(f"claims ledger: no verdict recorded for {missing}", location=fromdocname)
     for node in placeholders:
@@ -493,6 +630,7 @@ def setup(app):
     app.add_node(ledger_placeholder)
     app.add_directive("claims-ledger", ClaimsLedgerDirective)
     app.add_directive("claims-bottom-line", BottomLineDirective)
+    app.add_directive("verdict-legend", VerdictLegendDirective)
     app.connect("env-get-outdated", _outdated)
     app.connect("doctree-resolved", _resolve)
     app.connect("build-finished", _write_json)

@@ -78,11 +78,11 @@ RULES = {
             Criterion("gain", "that exponent minus softmax's on the same logits", ">=",
                       ALT_EXPONENT_GAIN),
         ),
-        outcomes=(("all", "confirmed"), ("all:gain", "corrected"), ("else", "refuted")),
+        outcomes=(("all", "confirmed"), ("all:gain", "partial"), ("else", "refuted")),
         headline="exponent",
         text=(f"confirmed when the largest weight stays flat (exponent $\\ge {ALT_FLAT_EXPONENT}$) "
               f"and falls slower than softmax's (by at least {ALT_EXPONENT_GAIN} in the exponent); "
-              "corrected when it only falls slower than softmax's (it slows vanishing attention "
+              "partial when it only falls slower than softmax's (it slows vanishing attention "
               "without escaping it)"),
     ),
     "distance": Rule(
@@ -113,10 +113,10 @@ RULES = {
                       "weight)", ">=", 1.0),
             Criterion("some", "the same share", ">", 0.0),
         ),
-        outcomes=(("all:every", "confirmed"), ("all:some", "corrected"), ("else", "refuted")),
+        outcomes=(("all:every", "confirmed"), ("all:some", "partial"), ("else", "refuted")),
         headline="every",
         text=(f"confirmed when the norm is at most {ALT_DECOUPLING_FACTOR} of softmax's at every "
-              "matched selectivity, corrected when at some, refuted when at none"),
+              "matched selectivity, partial when at some, refuted when at none"),
     ),
 }
 
@@ -133,8 +133,11 @@ def _yardstick_claims() -> list[Claim]:
             paper = _PAPER.get((key, yardstick)) or (
                 f"Not in the paper (it does not discuss {label}): the book's question, "
                 + _QUESTION[yardstick])
+            # kind: the paper's claim where its Section 4 speaks to this normaliser and yardstick
+            # (its recommendation, in its words), else the book's own question; about: general
             out.append(Claim(
                 id=claim_id(key, yardstick), chapter=CHAPTER,
+                kind="paper" if (key, yardstick) in _PAPER else "book", about="general",
                 section="Sec. 4" if (key, yardstick) in _PAPER else "Sec. 4 (book's question)",
                 claim=_CLAIM_TEXT[yardstick].format(label=label), paper=paper,
                 rule=RULES[yardstick], scope=_SCOPE, tags=("alternatives", key, yardstick)))
@@ -147,6 +150,8 @@ _E_LOW, _E_HIGH = REMOVAL_EXPONENT_BAND
 CLAIMS = tuple(_yardstick_claims()) + (
     Claim(
         id="ALT-gamma", chapter=CHAPTER, section="Sec. 4 (length-aware rescaling); arXiv 2510.05554",
+        # kind: another paper's theorem (Chen, Lin, Polyanskiy and Rigollet), cited and tested
+        kind="cited", about="general",
         claim="SSMax changes regime at the critical scale $\\gamma_c$",
         paper=("Chen, Lin, Polyanskiy and Rigollet (2026) prove a phase transition of the logit "
                "scale $\\beta_n = \\gamma\\log n$ at a critical $\\gamma_c$ (= $1/(1-\\rho)$ for "
@@ -169,6 +174,8 @@ CLAIMS = tuple(_yardstick_claims()) + (
     ),
     Claim(
         id="ALT-REM-size", chapter=CHAPTER, section="arXiv 2609.37879 (the authors' follow-up)",
+        # kind: the follow-up paper's claim, cited and tested
+        kind="cited", about="general",
         claim="Few attended tokens keep the loss; their share falls as the context grows",
         paper=("The follow-up: \"Relatively small selected sets can keep NLL close to the "
                "full-attention baseline\"; \"extending context while evaluating the same prediction "
@@ -188,6 +195,8 @@ CLAIMS = tuple(_yardstick_claims()) + (
     ),
     Claim(
         id="ALT-REM-renorm", chapter=CHAPTER, section="arXiv 2609.37879 (the authors' follow-up)",
+        # kind: the follow-up paper's claim, cited and tested
+        kind="cited", about="general",
         claim="Renormalising the kept weights needs fewer tokens",
         paper=("The follow-up: \"Renormalizing the retained weights can substantially reduce the "
                "required set size\"."),
@@ -198,14 +207,18 @@ CLAIMS = tuple(_yardstick_claims()) + (
                           "deleted", "<=", REMOVAL_RENORM_FACTOR),
                 Criterion("reduces", "the same ratio", "<", 1.0),
             ),
-            outcomes=(("all", "confirmed"), ("all:reduces", "corrected"), ("else", "refuted")),
+            outcomes=(("all", "confirmed"), ("all:reduces", "partial"), ("else", "refuted")),
             headline="halves",
             text=(f"confirmed when renormalising cuts $N^*_\\tau$ at least {1 / REMOVAL_RENORM_FACTOR:g}-fold "
-                  "(median over lengths), corrected when it only reduces it"),
+                  "(median over lengths), partial when it only reduces it"),
         ),
     ),
     Claim(
         id="ALT-REM-predict", chapter=CHAPTER, section="Sec. 3.1, Fig. 2c; Sec. 4, guideline 1",
+        # kind: the book's own question ("the book tests whether that critical N is the number of
+        # tokens the model needs"), joining the paper's critical N to the follow-up's N*; not a
+        # statement either paper makes
+        kind="book", about="general",
         claim="Figure 2c's critical $N$ predicts how many tokens the model needs",
         paper=("\"Only a small subset of tokens can be separated before attention behaves as if its "
                "weights were uniform\" (critical $N \\approx 0.06L$); guideline 1: \"keep the active "
@@ -226,6 +239,8 @@ CLAIMS = tuple(_yardstick_claims()) + (
     ),
     Claim(
         id="ALT-TOPK", chapter=CHAPTER, section="Sec. 4, Conclusion (take-away 1)",
+        # kind: the paper's take-away, in its words; about: general
+        kind="paper", about="general",
         claim="A top-$k$ that grows sub-linearly in $L$ keeps the model's loss",
         paper=("\"Limit the top-k set to a sub-linear function of context length\" (Conclusion); "
                "guideline 1: \"prefer top-k or sparse attention when $L \\gg k$\"."),
@@ -238,10 +253,10 @@ CLAIMS = tuple(_yardstick_claims()) + (
                 Criterion("exponent", "fitted exponent of the $k$ needed ($N^*_\\tau$ renormalised) "
                           "against $L$", "<=", _E_HIGH),
             ),
-            outcomes=(("all", "confirmed"), ("all:exponent", "corrected"), ("else", "refuted")),
+            outcomes=(("all", "confirmed"), ("all:exponent", "partial"), ("else", "refuted")),
             headline="sqrt_loss",
             text=(f"confirmed when $k = \\sqrt{{L}}$ (rounded up) keeps the loss within $\\tau$ at every "
-                  f"$L$ and the $k$ needed grows sub-linearly (exponent $\\le {_E_HIGH}$); corrected "
+                  f"$L$ and the $k$ needed grows sub-linearly (exponent $\\le {_E_HIGH}$); partial "
                   "when the $k$ needed is sub-linear but $\\sqrt L$ is not enough"),
         ),
     ),

@@ -13,6 +13,8 @@ COMPARED = ("NU", "C1", "F2c", "F2a", "F3", "F4", "EPS")
 CLAIMS = (
     Claim(
         id="ARCH", chapter=CHAPTER, section="Sec. 3, experimental setup (scope of the experiments)",
+        # kind: the book's own question (the paper discusses no other architecture); general
+        kind="book", about="general",
         claim="The measured limits are properties of softmax attention, not of GPT-2's architecture",
         paper=("The bounds are stated for the normaliser alone (Lemma 1 for any positive $F$, "
                "Theorems 1-3 for softmax); the experiments use GPT-2 124M only, and the authors "
@@ -28,11 +30,11 @@ CLAIMS = (
                           "models (same verdict by the registered rule)", ">=", 1.0),
                 Criterion("majority", "the same share, against one half", ">=", 0.5),
             ),
-            outcomes=(("all", "confirmed"), ("all:majority", "corrected"), ("else", "refuted")),
+            outcomes=(("all", "confirmed"), ("all:majority", "partial"), ("else", "refuted")),
             headline="agreement",
             text=("confirmed when every yardstick claim gets the same verdict on both models "
                   "(qualitatively identical trends, the paper's own words for its variants); "
-                  "corrected when at least half do (the differing claims are named); refuted "
+                  "partial when at least half do (the differing claims are named); refuted "
                   "otherwise"),
         ),
     ),

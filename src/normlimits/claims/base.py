@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from normlimits.claims.rules import Rule
+from normlimits.claims.rules import Criterion, Rule
 
 #: whose statement a claim is (see :class:`Claim`); only ``paper`` claims count as the paper's
 CLAIM_KINDS = ("paper", "premise", "book", "cited")
 #: what a claim is about: a universal statement, or GPT-2's own measurements
 ABOUT = ("general", "gpt2")
+
+#: the identity criterion of a claim about GPT-2's measurements (``about="gpt2"``): 1 on the
+#: paper's GPT-2 124M, 0 on any other model; its rule gives "refuted" only where it holds
+#: (:func:`normlimits.claims.check_gpt2_policy`)
+PAPER_MODEL = Criterion("paper_model", "1 when measured on the paper's GPT-2 124M, 0 on any other "
+                        "model (a setting of the build)", "==", 1, kind="identity")
 
 
 @dataclass(frozen=True)

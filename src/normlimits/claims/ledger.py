@@ -7,7 +7,7 @@ extension (:mod:`normlimits.book.sphinx_ledger`) reads the same folder, builds t
 writes the merged ``_build/ledger.json`` (:func:`ledger_document`: ``schema_version``, ``tool`` and
 ``rows``, validated against the ``ledger`` schema of :mod:`normlimits.claims.schema`, and checked by
 :func:`inconsistent`: two rows of one claim on one model must agree unless one is a labelled
-chosen-reading variant).
+chosen-reading variant or a labelled sensitivity row).
 
 A row is valid only if its verdict is what its own recorded criteria, values and outcomes give
 (:func:`normlimits.claims.regrade`): no row can carry a verdict its rule does not produce.
@@ -157,14 +157,16 @@ def inconsistent(rows: list[dict]) -> list[str]:
     Rows of one claim on one model, wherever recorded (its chapter, the architectures chapter's
     per-model rows, a replay), are the claim's verdict on that model and must agree, unless one is
     a labelled variant graded on a chosen reading (``selection`` and ``variant``, written by
-    :func:`normlimits.experiments.reading_table.gradings`), which is shown apart from the claim's own verdict.
+    :func:`normlimits.experiments.reading_table.gradings`) or a sensitivity row (``sensitivity``
+    and ``variant``: another protocol on the same model, e.g. the architectures chapter's survey),
+    both shown apart from the claim's own verdict and never counted.
     A model's name in ``variant`` (the architectures chapter's label) does not say why two gradings
     of the same measurement differ, so it does not count as such a label. An inconclusive row
     disagrees only with a verdict its undecided criteria could not give (the chapter's 8 windows
     may leave EPS between confirmed and corrected where the survey's one window says corrected)."""
     found, seen = [], {}
     for row in rows:
-        if row.get("selection"):
+        if row.get("selection") or row.get("sensitivity"):
             continue
         earlier = seen.setdefault((row["id"], row["model"], row.get("corpus")), [])
         for other in earlier:

@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["VERDICTS", "OUTCOME_VERDICTS", "DECISIONS", "OPS", "KINDS", "Criterion", "Rule",
+__all__ = ["VERDICTS", "VERDICT_DEFINITIONS", "OUTCOME_VERDICTS", "DECISIONS", "OPS", "KINDS", "Criterion", "Rule",
            "regrade", "plain_text", "describe_condition", "describe_outcomes"]
 
 #: confirmed: the claim holds as stated (on the range measured); corrected: a true statement
@@ -46,6 +46,29 @@ __all__ = ["VERDICTS", "OUTCOME_VERDICTS", "DECISIONS", "OPS", "KINDS", "Criteri
 #: interval contains its threshold.
 VERDICTS = ("confirmed", "corrected", "partial", "refuted", "not reproduced", "inconclusive",
             "not testable")
+#: every verdict in a sentence, for the one legend a reader sees (the Verdicts page, before the
+#: tables); MyST-like text (``$math$``) for :func:`normlimits.core.markup.inline_html`
+VERDICT_DEFINITIONS = {
+    "confirmed": "the claim holds as stated, on the range measured.",
+    "corrected": ("the claim as stated fails or is not a valid statement, a true statement close "
+                  "to it is proven in its chapter, the data meet that statement, and it replaces "
+                  "the claim (a repair the book proves)."),
+    "partial": ("the claim's main feature holds on the data while a number or a further part it "
+                "states does not, and no proven statement repairs it (a partial hold, counted "
+                "apart from a proven repair)."),
+    "refuted": ("the evidence contradicts the claim (for a claim about GPT-2's own measurements, "
+                "only data of GPT-2 124M can)."),
+    "not reproduced": ("the paper's number or figure did not come out under any reading tried, "
+                       "without the claim being shown false; a claim about GPT-2's own "
+                       "measurements that fails on another model gets this verdict, never "
+                       "\"refuted\"."),
+    "inconclusive": ("the verdict turns on a criterion whose interval (over windows, seeds or "
+                     "draws) contains its threshold, so the data do not decide between the "
+                     "verdicts it could give."),
+    "not testable": ("this build cannot grade the claim: a value could not be measured, or the "
+                     "data lie outside the claim's scope (a scope criterion fails, e.g. no row "
+                     "reaches the regime where an asymptotic claim binds); the row says why."),
+}
 #: verdicts the rules' outcomes may name (the others follow from missing values, failed scope
 #: criteria or intervals)
 OUTCOME_VERDICTS = ("confirmed", "corrected", "partial", "refuted", "not reproduced")

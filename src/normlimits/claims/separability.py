@@ -6,7 +6,7 @@ from __future__ import annotations
 from normlimits.core.protocol import (
     MULTIHEAD_H, MULTIHEAD_P, SEPARABILITY_FLAT_SLOPE, SEPARABILITY_KNEE,
     SEPARABILITY_MONITOR_BAND, SEPARABILITY_PLATEAU)
-from normlimits.claims.base import Claim
+from normlimits.claims.base import PAPER_MODEL, Claim
 from normlimits.claims.rules import Criterion, Rule
 
 CHAPTER = "separability"
@@ -18,6 +18,8 @@ COVERAGE_TOLERANCE = 0.05
 CLAIMS = (
     Claim(
         id="T2", chapter=CHAPTER, section="Sec. 2.2, Theorem 2",
+        # kind: the paper's theorem; about: universal (under its assumptions)
+        kind="paper", about="general",
         paper_value="two bounds ($\\xi_i$ not recoverable)",
         claim="Bounds on the expected fraction $\\mathbb{E}[N_s]/N$ of distinguishable tokens",
         paper=("Theorem 2: under Assumption 1 (points uniform on the sphere of radius $M$) and "
@@ -49,6 +51,9 @@ CLAIMS = (
     ),
     Claim(
         id="F3", chapter=CHAPTER, section="Sec. 3.2, Figure 3",
+        # kind: the paper's figure; about: GPT-2 124M's measurements (its plateau 0.70-0.85 is
+        # that model's number): another model can leave it not reproduced, never refuted
+        kind="paper", about="gpt2",
         paper_value="plateau 0.70–0.85 after $N \\approx 16$",
         claim=(f"$N_s/N$ falls until $N\\approx{SEPARABILITY_KNEE}$, then plateaus at "
                f"{_LOW:.2f}–{_HIGH:.2f}; the upper bound tracks the maxima"),
@@ -70,19 +75,26 @@ CLAIMS = (
                           "exponential upper bound and the largest head", "<=", 0.05),
                 Criterion("flattening", "|slope after| / |slope before| of the two-segment fit",
                           "<=", 0.5),
+                PAPER_MODEL,
             ),
             outcomes=(("all:slope_after,knee,level,tracks", "confirmed"),
-                      ("all:flattening", "corrected"), ("else", "refuted")),
+                      ("all:flattening", "partial"), ("all:paper_model", "refuted"),
+                      ("else", "not reproduced")),
             headline="level",
             text=(f"confirmed when the median curve is flat after its breakpoint (within "
                   f"{SEPARABILITY_FLAT_SLOPE} per doubling), the breakpoint lies at "
                   f"$N\\in[{SEPARABILITY_KNEE // 2}, {SEPARABILITY_KNEE * 2}]$, the plateau in "
                   f"[{_LOW}, {_HIGH}] and the exponential bound within 0.05 of the largest head; "
-                  "corrected when the decline at least halves its slope but a number differs"),
+                  "partial when the decline at least halves its slope but a number differs (no "
+                  "proven statement repairs the numbers); otherwise refuted on GPT-2 124M, not "
+                  "reproduced on any other model"),
         ),
     ),
     Claim(
         id="S80", chapter=CHAPTER, section="Sec. 3.2 and 4",
+        # kind: the paper's statement; about: general, a cap worded universally ("even for
+        # idealised spherical embeddings"), so one robust counterexample refutes it
+        kind="paper", about="general",
         paper_value="at most $\\approx 80\\%$",
         claim="No more than $\\approx 80\\%$ of the top-$N$ tokens are distinguishable at once",
         paper=("Sections 3.2 and 4: no more than about 80% (four fifths) of the top-$N$ tokens can "
@@ -96,16 +108,19 @@ CLAIMS = (
                 Criterion("largest_uniform", "the same for points drawn uniformly on the sphere "
                           "with the model's weights (Assumption 1 exactly)", "<=", _HIGH),
             ),
-            outcomes=(("all", "confirmed"), ("all:largest_head", "corrected"), ("else", "refuted")),
+            outcomes=(("all", "confirmed"), ("else", "refuted")),
             headline="largest_head",
             text=(f"confirmed when no head exceeds {_HIGH} (the top of the paper's band) at "
                   f"$N\\ge{SEPARABILITY_KNEE}$, on the model's vectors and on ideal uniform "
-                  "points; corrected when only the model's vectors obey it (then the limit is not "
-                  "geometric)"),
+                  "points; refuted when either exceeds it: the claim is a cap, stated even for "
+                  "idealised spherical embeddings, so one counterexample refutes it"),
         ),
     ),
     Claim(
         id="MHP", chapter=CHAPTER, section="Sec. 4 (premise of the multi-head formula)",
+        # kind: the paper's assumption ("*if* heads are independent"), graded and shown beside MH
+        # ("premise fails" where it is refuted), never counted as a claim of the paper
+        kind="premise", about="general",
         paper_value="independent heads (the premise)",
         claim="Heads of a layer distinguish the top-$N$ tokens independently, each at rate $p$",
         paper=("Section 4: \"if heads are independent, each with separability $p$, then $H$ heads "
@@ -133,6 +148,8 @@ CLAIMS = (
     ),
     Claim(
         id="MH", chapter=CHAPTER, section="Sec. 4", premise="MHP",
+        # kind: the paper's conclusion under its premise MHP; about: general (a formula)
+        kind="paper", about="general",
         paper_value="$p = 0.8$, $H = 3$: 99% covered",
         claim="Independent heads cover $1-(1-p)^H$ of the top-$N$ tokens",
         paper=("Section 4: if heads are independent, each with separability $p$, then $H$ heads "
@@ -164,6 +181,8 @@ CLAIMS = (
     ),
     Claim(
         id="MON", chapter=CHAPTER, section="Conclusion, diagnostics; Sec. 4, guideline 2",
+        # kind: the paper's diagnostic; about: general (worded of any head)
+        kind="paper", about="general",
         paper_value="70%–80% means saturated",
         claim=(f"Rising entropy or $N_s/N$ falling to {_MON_LOW:.0%}–{_MON_HIGH:.0%} signals a "
                "saturated head"),
@@ -192,6 +211,8 @@ CLAIMS = (
     ),
     Claim(
         id="TSEP", chapter=CHAPTER, section="Sec. 2.3 (trade-off)",
+        # kind: the paper's statement; about: general (of any sharper normaliser)
+        kind="paper", about="general",
         paper_value="smaller $T$ separates better",
         claim="A smaller temperature $T$ separates tokens better",
         paper=("Section 2.3: \"a sharper normaliser (smaller $T$) separates tokens better but "
@@ -203,11 +224,11 @@ CLAIMS = (
                           "$N_s/N$ (mean over $N\\ge2$)", "<=", -0.9),
                 Criterion("gain", "that median at the smallest $T$ minus at the largest", ">=", 0.05),
             ),
-            outcomes=(("all", "confirmed"), ("all:gain", "corrected"), ("else", "refuted")),
+            outcomes=(("all", "confirmed"), ("all:gain", "partial"), ("else", "refuted")),
             headline="rank",
             text=("confirmed when separability rises steadily as $T$ falls (rank correlation at "
-                  "most −0.9) and by at least 0.05 over the range; corrected when it rises over "
-                  "the range but not steadily"),
+                  "most −0.9) and by at least 0.05 over the range; partial when it rises over "
+                  "the range but not steadily (no proven statement repairs the trend)"),
         ),
     ),
 )

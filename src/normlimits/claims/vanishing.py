@@ -11,6 +11,8 @@ CHAPTER = "vanishing"
 CLAIMS = (
     Claim(
         id="L1", chapter=CHAPTER, section="Sec. 2.1, Lemma 1",
+        # kind: the paper's lemma; about: a universal bound on any length-independent normaliser
+        kind="paper", about="general",
         paper_value="$C_1/L \\le \\alpha_i \\le C_2/L$ (a bound)",
         claim="Length-independent normalisers give $\\Theta(1/L)$ weights",
         paper=("Lemma 1: for $\\alpha_i = F(\\ell_i)/\\sum_j F(\\ell_j)$ with $F$ smooth, positive and "
@@ -31,6 +33,9 @@ CLAIMS = (
     ),
     Claim(
         id="C1", chapter=CHAPTER, section="Sec. 2.1, Corollary 1",
+        # kind: the paper's corollary; about: a mathematical statement, graded as one on every
+        # model (the exact three-key counterexample below decides the literal reading everywhere)
+        kind="paper", about="general",
         paper_value="$e^{\\mp 2\\Delta/T}/L$ (a bound)",
         claim="Softmax weights lie within $e^{\\mp 2\\Delta/T}/L$",
         paper=("Corollary 1: $\\tfrac1L e^{-2\\Delta/T} \\le \\alpha_i \\le \\tfrac1L e^{2\\Delta/T}$ "
@@ -40,18 +45,26 @@ CLAIMS = (
                 Criterion("literal_outside", "fraction of the model's weights outside the bound "
                           "with the literal per-key $\\Delta_i = \\lVert q\\rVert\\lVert k_i\\rVert$",
                           "==", 0, kind="check"),
+                Criterion("literal_example", "weights outside the literal per-key bound in the "
+                          "exact three-key example ($q = 1$, keys $1, 0, 0$ in one dimension, "
+                          "$T = 1$; sympy): a counterexample on paper, whatever the model",
+                          "==", 0, kind="check"),
                 Criterion("maxkey_outside", "fraction outside with $\\Delta = \\lVert q\\rVert"
                           "\\max_j\\lVert k_j\\rVert$ (logit units)", "==", 0, kind="check"),
             ),
             outcomes=(("all", "confirmed"), ("all:maxkey_outside", "corrected"), ("else", "refuted")),
             headline="literal_outside",
-            text=("confirmed when the bound holds as written (per-key $\\Delta$) on every weight; "
-                  "corrected when it holds only with $\\Delta = \\lVert q\\rVert\\max_j\\lVert k_j"
-                  "\\rVert$"),
+            text=("confirmed when the bound holds as written (per-key $\\Delta$) on every weight of "
+                  "the model and of the exact three-key example (it cannot: the example breaks it, "
+                  "so the literal statement is false on every model); corrected when it holds with "
+                  "$\\Delta = \\lVert q\\rVert\\max_j\\lVert k_j\\rVert$ on every weight, the "
+                  "statement C1S proves"),
         ),
     ),
     Claim(
         id="C1S", chapter=CHAPTER, section="Sec. 2.1 (the book's sharpened Corollary 1)",
+        # kind: the book's own result ("Not in the paper"), never counted as the paper's
+        kind="book", about="general",
         paper_value="not in the paper (the book's)",
         claim="Exact softmax extremes $e^{\\pm2\\Delta/T}/(e^{\\pm2\\Delta/T}+L-1)$",
         paper=("Not in the paper: the exact, attained extremes of a softmax weight over "
@@ -68,6 +81,8 @@ CLAIMS = (
     ),
     Claim(
         id="NU", chapter=CHAPTER, section="Sec. 2.1, reading of Lemma 1",
+        # kind: the paper's reading of its lemma; about: worded of attention in general
+        kind="paper", about="general",
         paper_value="every weight $\\Theta(1/L)$: exponent $-1$",
         claim="Attention becomes near-uniform as the context grows",
         paper=("Attention becomes almost uniform as the context grows: every weight is "
@@ -93,6 +108,10 @@ CLAIMS = (
     ),
     Claim(
         id="VAR", chapter=CHAPTER, section="Sec. 3, experimental setup",
+        # kind: the paper's statement; about: general, although it names the GPT-2 family: it is
+        # graded only on GPT-2 124M against its larger variants themselves (not testable where
+        # they cannot be loaded), never on another model, so the GPT-2 policy has nothing to govern
+        kind="paper", about="general",
         paper_value="identical trends (none shown)",
         claim="Larger GPT-2 variants give the same trends",
         paper=("The experiments use GPT-2 124M; the authors state that larger variants gave "

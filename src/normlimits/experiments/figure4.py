@@ -182,11 +182,16 @@ def interval_sentence(values: dict[str, dict[str, float]], intervals: dict[str, 
     return words
 
 
-def undecided_sentence(profile: SensitivityProfile, intervals: dict[str, dict]) -> str:
+def undecided_sentence(profile: SensitivityProfile, intervals: dict[str, dict], *,
+                       paper_model: bool) -> str:
     """For every undecided criterion of an inconclusive Figure 4 claim (issue 31 item 3): its
     interval on all windows and on the first half of them, and roughly how many windows would
-    decide it (:func:`normlimits.claims.undecided_words`)."""
+    decide it (:func:`normlimits.claims.undecided_words`). ``paper_model``: whether the profile
+    was measured on GPT-2 124M (F4's and LIM's identity criterion: they name GPT-2's
+    measurements)."""
     values = claim_values(curves(profile))
+    for cid in ("F4", "LIM"):
+        values[cid] = {**values[cid], "paper_model": int(paper_model)}
     windows = 0 if profile.g_window_sums is None else int(profile.g_window_sums.shape[0])
     half = windows // 2
     half_intervals = (claim_intervals(replace(profile, g_window_sums=profile.g_window_sums[:half],

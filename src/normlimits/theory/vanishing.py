@@ -155,3 +155,44 @@ def entropy_floor() -> sp.Expr:
     return sp.expand_log(sp.log(1 / corollary1().sharp_max), force=True)
 
 
+
+
+@dataclass(frozen=True)
+class LiteralCounterexample:
+    """Corollary 1 read literally (a per-key ``Delta_i = ||q|| ||k_i||``) on an exact example.
+
+    Fields: ``logits`` (the row ``q k_j``), ``weights`` (its softmax at ``T``), ``lower`` and
+    ``upper`` (the literal bounds ``exp(-+2 Delta_i/T)/L`` per key), all tuples of sympy numbers
+    of length L; ``outside``: the indices of the weights outside their literal bounds (decided
+    exactly by sympy, no rounding)."""
+
+    logits: tuple
+    weights: tuple
+    lower: tuple
+    upper: tuple
+    outside: tuple[int, ...]
+
+
+def literal_counterexample(q: int = 1, keys: tuple[int, ...] = (1, 0, 0),
+                           temperature: int = 1) -> LiteralCounterexample:
+    """Corollary 1 with the literal per-key ``Delta_i = |q| |k_i|`` on a one-dimensional query
+    ``q`` and ``keys`` (L = len(keys)), exactly. The default, three keys ``1, 0, 0`` with
+    ``q = T = 1``, is a counterexample: a key of norm 0 gets the literal bounds
+    ``[1/L, 1/L]``, but its weight is ``1/(e + 2) < 1/3``. So the literal statement is false
+    whatever a model's weights do, and only ``Delta = ||q|| max_j ||k_j||`` gives a bound
+    (:func:`corollary1`). ValueError for an empty row or a non-positive temperature."""
+    if not keys:
+        raise ValueError("literal_counterexample needs at least one key")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    n = len(keys)
+    t = sp.Integer(temperature)
+    logits = tuple(sp.Integer(q) * sp.Integer(k) for k in keys)
+    total = sum(sp.exp(x / t) for x in logits)
+    weights = tuple(sp.exp(x / t) / total for x in logits)
+    deltas = tuple(abs(sp.Integer(q)) * abs(sp.Integer(k)) for k in keys)
+    lower = tuple(sp.exp(-2 * d / t) / n for d in deltas)
+    upper = tuple(sp.exp(2 * d / t) / n for d in deltas)
+    outside = tuple(i for i, (w, lo, hi) in enumerate(zip(weights, lower, upper))
+                    if bool(sp.simplify(w - lo).is_negative) or bool(sp.simplify(w - hi).is_positive))
+    return LiteralCounterexample(logits, weights, lower, upper, outside)
