@@ -490,18 +490,20 @@ def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, wanted, generator, to
         heavy = top_n(torch.where(visible, w, torch.full_like(w, -1.0)), k)[1] if k else \
             torch.zeros(b, r, 0, dtype=torch.long)
         prob = stratum_probabilities(lens, k, grid)                           # [r, P, n]
-        acc = {f: [0.0, 0.0] for f in forms}
+        draws: dict[str, list[Tensor]] = {f: [] for f in forms}
         for _ in range(samples):
             vals = _stratified_draw(w, x, total, lens, grid, heavy, prob, mc_keys, forms,
                                     generator)
             for f, v in vals.items():
-                acc[f][0] = acc[f][0] + v
-                acc[f][1] = acc[f][1] + v * v
-        for f, (s1, s2) in acc.items():
-            mean = s1 / samples
+                draws[f].append(v)
+        for f, got in draws.items():
+            got = torch.stack(got)                                            # [samples, b, r, n]
+            mean = got.mean(0)
             res[f]["mc"] = mean
-            res[f]["mc_var"] = (((s2 / samples - mean * mean).clamp_min(0) / (samples - 1))
-                                if samples > 1 else torch.full_like(mean, float("nan")))
+            # two-pass: the replicates can agree to 1e-8 of their size (a sink row), where
+            # E[v^2] - E[v]^2 would cancel to 0
+            res[f]["mc_var"] = (got.var(0) / samples if samples > 1
+                                else torch.full_like(mean, float("nan")))
     if any(wanted.values()):
         _closed_forms(res, forms, family, wanted, x, x2, w_t, y2, total, lens, grid, visible)
     return res
