@@ -28,12 +28,15 @@ The first three are the family ``sum_{i not in I} g_i ||b_i x_i - s_I||`` with
   ``mc_keys`` of that order, which are a sample without replacement of the keys outside ``I``
   whatever N; every one when fewer are left, and with ``mc_keys=None``), and weighs the pattern
   by its exact hypergeometric chance ``C(L - |H|, N - |P|) / C(L, N)``
-  (:func:`stratum_probabilities`). Why: on a trained head's rows E is dominated by rare events,
-  the subsets holding the sink or a second key of weight 0.01-0.02 (chance about N/L each),
-  and a few plain draws miss them and report a standard error far too small (the book's estimator
-  before issue 47, stratified on the largest weight only, was off by 5 to 80 of its own standard
-  errors on SmolLM2's sink heads). Every pattern of H is visited in every replicate, so the
-  replicates vary only through the light keys, whose terms are of one size; drawing the light keys
+  (:func:`stratum_probabilities`). Where one light key is in ``I`` (or one is left out of it)
+  that key is drawn by importance instead, with chance half uniform and half in proportion to
+  its weight, and weighted ``1 / (light q_j)``: E over the light key is then a ratio estimate of
+  bounded spread. Why: on a trained head's rows E is dominated by rare events, the subsets
+  holding the sink, a second key of weight 0.01-0.02 or a light key of relatively large weight
+  (chance about N/L each), and a few plain draws miss them and report a standard error far too
+  small (the book's estimator before issue 47, stratified on the largest weight only, was off by
+  5 to 80 of its own standard errors on SmolLM2's sink heads). Every pattern of H is visited in
+  every replicate, so the replicates vary only through the light keys; drawing the light keys
   outside ``I`` without replacement among those outside (not among all keys) keeps the estimate
   exact when at most ``mc_keys`` are left, where the draws with replacement overshot near N = L.
   ``tests/unit/test_readings.py`` and ``tests/model/test_estimator.py`` measure the coverage of its
@@ -118,7 +121,7 @@ def _stats(form: str, samples: int, expectations: Sequence[str]) -> list[str]:
 DEFAULT_CHUNK_ELEMENTS = 1 << 22
 #: the Monte Carlo estimate of E is stratified on which of each row's this many largest weights
 #: the subset holds (2^k strata, each with its exact chance; :func:`row_statistics`)
-MC_STRATA = 3
+MC_STRATA = 4
 
 
 def _grid(n_grid) -> Tensor:
@@ -202,7 +205,7 @@ def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
     B, n = w.shape[0], grid.numel()
     out = {f: {s: w.new_empty(B, R, n) for s in _stats(f, samples, wanted[f])} for f in forms}
     patterns = 2 ** min(strata, L)
-    sampled = (min(mc_keys or L, L) + strata) * patterns * n if samples else 0
+    sampled = (min(mc_keys or L, L) + strata + 1) * patterns * n if samples else 0
     per_problem = 4 * L * n + (int(grid.max().clamp(max=L)) + n) * d + L + 4 * sampled \
         + 2 * patterns * n * d
     rows_per_chunk = max(1, chunk_elements // per_problem)
@@ -323,17 +326,16 @@ def stratum_probabilities(lens: Tensor, heavy: int, grid: Tensor) -> Tensor:
     return torch.where(valid, logp.exp(), torch.zeros_like(logp))
 
 
-def _weighted_terms(x: Tensor, w: Tensor, s: Tensor, idx: Tensor, factor: Tensor,
-                    forms: tuple[str, ...]) -> dict[str, Tensor]:
-    """The family forms' terms ``g_i ||b_i x_i - s||`` of the keys ``idx`` [b, r, q] of each row
-    against the context vectors ``s`` [b, r, c, d], each multiplied by ``factor`` [b, r, q, c]
-    (0: not counted) and summed over the q keys: {form: [b, r, c]}."""
-    b, r, _ = w.shape
-    xs = x[torch.arange(b)[:, None, None], idx]                               # [b, r, q, d]
-    ws = torch.gather(w, -1, idx)[..., None]                                  # [b, r, q, 1]
+def _weighted_terms(xs: Tensor, ws: Tensor, cross: Tensor, s2: Tensor, factor: Tensor,
+                    context, forms: tuple[str, ...]) -> dict[str, Tensor]:
+    """The family forms' terms ``g_i ||b_i x_i - s||`` of q keys per row (vectors ``xs``
+    [b, r, q, d], weights ``ws`` [b, r, q, 1]) against c context vectors per row, from their
+    products ``cross`` = <x_i, s> [b, r, q, c] and ``s2`` = ||s||^2 [b, r, c]; each term is
+    multiplied by ``factor`` [b, r, q, c] (0: not counted) and summed over the q keys:
+    {form: [b, r, c]}. ``context(bi, ri, ci)`` gives the context vectors themselves [k, d], for
+    the entries the expansion cannot resolve (:func:`normlimits.metrics.gram.refine_squared`)."""
     needed = factor != 0
-    s2 = (s * s).sum(-1)[:, :, None]                                          # [b, r, 1, c]
-    cross = torch.matmul(xs, s.transpose(-1, -2))                             # [b, r, q, c]
+    s2 = s2[:, :, None]                                                       # [b, r, 1, c]
     x2 = (xs * xs).sum(-1)[..., None]                                         # [b, r, q, 1]
     res = {}
     if "scaled" in forms:
@@ -342,7 +344,7 @@ def _weighted_terms(x: Tensor, w: Tensor, s: Tensor, idx: Tensor, factor: Tensor
 
         def direct_scaled(index):
             bi, ri, qi, ci = index
-            return (ws[bi, ri, qi] * xs[bi, ri, qi] - s[bi, ri, ci]).square().sum(-1)
+            return (ws[bi, ri, qi] * xs[bi, ri, qi] - context(bi, ri, ci)).square().sum(-1)
 
         refine_squared(dist, y2s + s2, needed, direct_scaled)
         res["scaled"] = dist.clamp_min_(0).sqrt_().mul_(factor).sum(2)
@@ -351,7 +353,7 @@ def _weighted_terms(x: Tensor, w: Tensor, s: Tensor, idx: Tensor, factor: Tensor
 
         def direct_raw(index):
             bi, ri, qi, ci = index
-            return (xs[bi, ri, qi] - s[bi, ri, ci]).square().sum(-1)
+            return (xs[bi, ri, qi] - context(bi, ri, ci)).square().sum(-1)
 
         refine_squared(dist, x2 + s2, needed, direct_raw)
         dist.clamp_min_(0).sqrt_().mul_(factor)
@@ -369,10 +371,15 @@ def _stratified_draw(w: Tensor, x: Tensor, total: Tensor, lens: Tensor, grid: Te
     [b, r, n]}. w [b, r, L], x [b, L, d], total [b, r, d], lens [r], grid [n] sorted; heavy
     [b, r, k] each row's k largest weights (slots beyond a row's length are invisible keys);
     prob [r, P, n] (:func:`stratum_probabilities`); ``keys``: light keys summed per row (None:
-    every one)."""
+    every one).
+
+    The context vector of pattern P at N is ``s_P + s_J`` (the pattern's heavy vectors and the
+    first ``N - |P|`` light keys of a random order), so every product with it is assembled from
+    products with the k heavy vectors and the light prefixes: the 2^k patterns cost elementwise
+    work on [keys, 2^k, n], never 2^k n context vectors of d entries."""
     b, r, L = w.shape
     k = heavy.shape[-1]
-    member = _strata(k)                                                       # [P, k]
+    member = _strata(k).to(w.dtype)                                           # [P, k]
     n_pat, n = member.shape[0], grid.numel()
     dtype = w.dtype
     held = torch.clamp(lens, max=k)                                           # [r]
@@ -380,11 +387,28 @@ def _stratified_draw(w: Tensor, x: Tensor, total: Tensor, lens: Tensor, grid: Te
     visible = torch.arange(L)[None, :] < lens[:, None]                        # [r, L]
     is_heavy = torch.zeros(b, r, L, dtype=torch.bool).scatter_(-1, heavy, True)
     # a uniform random order of each row's light keys, then everything else
+    is_light = visible & ~is_heavy                                            # [b, r, L]
     u = torch.rand(b, r, L, generator=generator, dtype=dtype)
-    u = torch.where(visible & ~is_heavy, u, torch.full_like(u, 2.0))
-    perm = torch.argsort(u, dim=-1)                                           # [b, r, L]
+    perm = torch.argsort(torch.where(is_light, u, torch.full_like(u, 2.0)), dim=-1)
+    # and, for the subsets with one light key, that key drawn by importance: chance q_j half
+    # uniform, half in proportion to the weight, weighted 1 / (light q_j)
+    lw = torch.where(is_light, w, torch.zeros_like(w))
+    lw_sum = lw.sum(-1, keepdim=True)
+    n_light = light.to(dtype)[None, :, None]                                  # [1, r, 1]
+    flat = is_light * (0.5 / n_light.clamp_min(1))
+    q = flat + torch.where(lw_sum > 0, 0.5 * lw / lw_sum.clamp_min(torch.finfo(dtype).tiny), flat)
+    q = torch.where((light > 0)[None, :, None], q, (torch.arange(L) == 0).to(dtype).expand(b, r, L))
+    first = torch.multinomial(q.reshape(b * r, L), 1, generator=generator).view(b, r, 1)
+    omega = torch.where(light[None, :] > 0,
+                        1.0 / (n_light[..., 0] * torch.gather(q, -1, first)[..., 0]),
+                        torch.ones(b, r, dtype=dtype))                        # [b, r]
+    # likewise the one light key left out when all the others are in (N = L - 1 and near it)
+    last = torch.multinomial(q.reshape(b * r, L), 1, generator=generator).view(b, r, 1)
+    omega_out = torch.where(light[None, :] > 0,
+                            1.0 / (n_light[..., 0] * torch.gather(q, -1, last)[..., 0]),
+                            torch.ones(b, r, dtype=dtype))                    # [b, r]
     ne = torch.minimum(grid[None, :], lens[:, None])                          # [r, n]
-    rest = (ne[:, None, :] - member.sum(1)[None, :, None]).clamp(min=0)       # [r, P, n] |J|
+    rest = (ne[:, None, :] - _strata(k).sum(1)[None, :, None]).clamp(min=0)   # [r, P, n] |J|
     rest = torch.minimum(rest, light[:, None, None])
     # the light context vectors s_J at every size |J| needed, 0 for |J| = 0
     sizes = torch.unique(rest[rest > 0])
@@ -392,39 +416,106 @@ def _stratified_draw(w: Tensor, x: Tensor, total: Tensor, lens: Tensor, grid: Te
     if sizes.numel():
         prefix = perm[..., :int(sizes.max())]
         s_light[:, :, 1:] = _ordered_context(w, x, prefix, _order_ranks(prefix, L), sizes)
-    at = torch.searchsorted(sizes, rest) + (rest > 0).long()                  # [r, P, n]
+    if sizes.numel() and int(sizes[0]) == 1:                  # J = {first}, not the order's
+        s_light[:, :, 1] = torch.gather(w, -1, first) * x[torch.arange(b)[:, None], first[..., 0]]
+    wide = light >= 3                                         # [r] J = light - {last} apart
+    if sizes.numel() and bool(wide.any()):
+        where_out = torch.searchsorted(sizes, light - 1)                      # [r]
+        has = wide & (where_out < sizes.numel())
+        has &= sizes[where_out.clamp(max=sizes.numel() - 1)] == light - 1
+        if bool(has.any()):
+            rr = has.nonzero()[:, 0]
+            t_light = torch.matmul(torch.where(is_light, w, torch.zeros_like(w))[:, rr, None, :],
+                                   x[:, None])[:, :, 0]                      # [b, r', d]
+            y_last = torch.gather(w, -1, last)[:, rr] * x[torch.arange(b)[:, None], last[:, rr, 0]]
+            s_light[:, rr, where_out[rr] + 1] = t_light - y_last
+    at = torch.searchsorted(sizes, rest) + 1                                  # [r, P, n]
     at = torch.where(rest > 0, at, torch.zeros_like(at))
+    at_b = at.reshape(1, r, n_pat * n).expand(b, r, n_pat * n)                # [b, r, P n]
     y_heavy = torch.gather(w, -1, heavy)[..., None] * x[torch.arange(b)[:, None, None], heavy]
-    s_pat = torch.einsum("pk,brkd->brpd", member.to(dtype), y_heavy)          # [b, r, P, d]
-    flat_at = at.reshape(1, r, n_pat * n, 1).expand(b, r, n_pat * n, x.shape[-1])
-    s = s_pat[:, :, :, None, :] + torch.gather(s_light, 2, flat_at).view(b, r, n_pat, n, -1)
-    pw = prob.to(dtype)                                                       # [r, P, n]
+
+    def spread(by_heavy: Tensor, by_light: Tensor) -> Tensor:
+        """[b, r, j, k] and [b, r, j, G] products with the heavy vectors and light prefixes ->
+        [b, r, j, P n] products with every pattern's context vector."""
+        lead = by_light.shape[:-1]
+        pat = torch.matmul(by_heavy, member.t())                              # [b, r, j, P]
+        lit = torch.gather(by_light, -1, at_b[:, :, None, :].expand(*lead, n_pat * n))
+        return lit.view(*lead, n_pat, n).add_(pat[..., None]).view(*lead, n_pat * n)
+
+    def context(bi, ri, ci):
+        pi, ni = ci // n, ci % n
+        return torch.einsum("ik,ikd->id", member[pi], y_heavy[bi, ri]) \
+            + s_light[bi, ri, at[ri, pi, ni]]
+
+    hh = torch.matmul(y_heavy, y_heavy.transpose(-1, -2))                     # [b, r, k, k]
+    hl = torch.matmul(y_heavy, s_light.transpose(-1, -2))                     # [b, r, k, G]
+    ll = (s_light * s_light).sum(-1)                                          # [b, r, G]
+    sp2 = torch.einsum("pk,brkl,pl->brp", member, hh, member)                 # [b, r, P]
+    s2 = (torch.gather(ll, -1, at_b).view(b, r, n_pat, n) + sp2[..., None]
+          + 2 * _pattern_light(hl, member, at_b, n_pat, n).view(b, r, n_pat, n))
+    s2 = s2.reshape(b, r, n_pat * n).clamp_min_(0)
+    one = (rest == 1)[None]                                                   # [1, r, P, n]
+    one_out = ((rest == light[:, None, None] - 1) & wide[:, None, None])[None]
+    pw = prob.to(dtype)[None] * torch.where(one, omega[..., None, None],
+                                            torch.ones_like(omega)[..., None, None])
+    pw = pw * torch.where(one_out, omega_out[..., None, None], torch.ones_like(omega)[..., None, None])
     vals: dict[str, Tensor] = {}
     family = tuple(f for f in forms if f in FAMILY)
     if family:
         m = L if keys is None else min(keys, L)
         # the last m light keys of the order: a simple random sample (without replacement) of
-        # the light keys outside J, whatever |J| <= light - m; all of them when fewer remain
+        # the light keys outside J, whatever |J| <= light - m; all of them when fewer remain.
+        # With J = {first} (drawn apart), the sample less that key: one of the light - 1 others.
         pos = light[:, None] - m + torch.arange(m)[None, :]                   # [r, m]
         idx_t = torch.gather(perm, -1, pos.clamp(min=0).expand(b, r, m))
+        valid = (pos >= 0)[None]                                              # [1, r, m]
+        is_first = (idx_t == first) & valid                                   # [b, r, m]
         outside_n = (light[:, None, None] - rest).to(dtype)                   # [r, P, n]
         taken = torch.minimum(outside_n, torch.full_like(outside_n, float(m)))
         scale = torch.where(taken > 0, outside_n / taken.clamp_min(1), torch.zeros_like(taken))
         f_tail = ((pos[:, :, None, None] >= rest[:, None]) & (pos[:, :, None, None] >= 0)).to(dtype)
-        f_tail = f_tail * (scale * pw)[:, None]                               # [r, m, P, n]
+        f_tail = f_tail[None] * scale[None, :, None]                          # [1, r, m, P, n]
+        kept = (torch.minimum(light, torch.tensor(m))[None] - is_first.sum(-1)).to(dtype)
+        scale_one = torch.where(kept > 0, (light[None] - 1).to(dtype) / kept.clamp_min(1),
+                                torch.zeros_like(kept))                       # [b, r]
+        f_one = (valid & ~is_first).to(dtype) * scale_one[..., None]          # [b, r, m]
+        f_tail = torch.where(one[:, :, None], f_one[..., None, None], f_tail) * pw[:, :, None]
+        f_tail = f_tail * ~one_out[:, :, None]             # the key left out is summed apart
         slot_live = torch.arange(k)[None, :] < held[:, None]                  # [r, k]
-        f_heavy = ((~member).t()[None] & slot_live[..., None]).to(dtype)      # [r, k, P]
-        f_heavy = f_heavy[..., None] * pw[:, None]                            # [r, k, P, n]
-        idx = torch.cat([idx_t, heavy], -1)                                   # [b, r, m + k]
-        factor = torch.cat([f_tail, f_heavy], 1).reshape(1, r, m + k, n_pat * n)
-        factor = factor.expand(b, r, m + k, n_pat * n)
-        s_flat = s.reshape(b, r, n_pat * n, -1)
-        for f, v in _weighted_terms(x, w, s_flat, idx, factor, family).items():
+        f_heavy = ((member.t() == 0)[None] & slot_live[..., None]).to(dtype)  # [r, k, P]
+        f_heavy = f_heavy[None, ..., None] * pw[:, :, None]                   # [b, r, k, P, n]
+        f_last = (one_out * pw)[:, :, None]                                   # [b, r, 1, P, n]
+        idx = torch.cat([idx_t, heavy, last], -1)                             # [b, r, m + k + 1]
+        factor = torch.cat([f_tail, f_heavy, f_last], 2).reshape(b, r, m + k + 1, n_pat * n)
+        xs = x[torch.arange(b)[:, None, None], idx]                           # [b, r, q, d]
+        ws = torch.gather(w, -1, idx)[..., None]                              # [b, r, q, 1]
+        cross = spread(torch.matmul(xs, y_heavy.transpose(-1, -2)),
+                       torch.matmul(xs, s_light.transpose(-1, -2)))          # [b, r, q, P n]
+        for f, v in _weighted_terms(xs, ws, cross, s2, factor, context, family).items():
             vals[f] = v.view(b, r, n_pat, n).sum(2)
     if "norm_of_sum" in forms:
-        vals["norm_of_sum"] = ((total[:, :, None, None, :] - 2.0 * s).norm(dim=-1)
-                               * pw).sum(2)
+        # ||T - 2 s||^2 = ||T||^2 - 4 <T, s> + 4 ||s||^2, refined where it cancels
+        t2 = (total * total).sum(-1)[..., None]                               # [b, r, 1]
+        ts = spread(torch.matmul(total[:, :, None], y_heavy.transpose(-1, -2)),
+                    torch.matmul(total[:, :, None], s_light.transpose(-1, -2)))[:, :, 0]
+        d2 = t2 - 4 * ts + 4 * s2
+
+        def direct(index):
+            bi, ri, ci = index
+            return (total[bi, ri] - 2 * context(bi, ri, ci)).square().sum(-1)
+
+        refine_squared(d2, t2 + 4 * s2, None, direct)
+        vals["norm_of_sum"] = (d2.clamp_min_(0).sqrt_().view(b, r, n_pat, n) * pw).sum(2)
     return vals
+
+
+def _pattern_light(hl: Tensor, member: Tensor, at_b: Tensor, n_pat: int, n: int) -> Tensor:
+    """<s_P, s_J> [b, r, P n] from the products ``hl`` [b, r, k, G] of the heavy vectors with
+    the light prefixes: sum over the pattern's heavy keys at each (P, N)'s prefix."""
+    b, r = hl.shape[:2]
+    per = torch.einsum("pk,brkg->brpg", member, hl)                           # [b, r, P, G]
+    idx = at_b.view(b, r, n_pat, n)
+    return torch.gather(per, -1, idx).reshape(b, r, n_pat * n)
 
 
 def _chunk(w: Tensor, x: Tensor, lens: Tensor, grid: Tensor, forms: tuple[str, ...],
