@@ -70,8 +70,50 @@ def test_figure2_numbers_match_direct_computations(small_study):
     assert got["elasticity"] == pytest.approx(math.log(med100 / med20) / math.log(5))
     ratio_b = (sweep_b.bound_linear / sweep_b.true).reshape(-1, 3).numpy()
     assert got["tightens"] == pytest.approx(float(np.median(ratio_b[:, 2] / ratio_b[:, 1])))
-    assert got["outside"] == 0 and got["corrected_violations"] == 0
+    assert "outside" not in got and "corrected_violations" not in got   # checks, not numbers
     assert got["collapse_lengths"] == 3          # L/4 = 16, 24 and 32 are all in the grid
+
+
+def test_the_proven_intervals_hold_on_a_study_and_every_cell_is_checked(small_study):
+    _, study, _ = small_study
+    m = study.means["scaled"]
+    assert F2.check_proven_intervals(m, study.lengths, study.n_grid.tolist()) == m.mc.numel()
+    assert all(not cells for cells in
+               F2.proven_interval_breaches(m, study.lengths, study.n_grid.tolist()).values())
+
+
+def test_a_planted_faulty_estimator_fails_the_build_naming_the_cell(small_study, monkeypatch):
+    """An estimator that returns E at 0.3 of its value on one head's rows (a bug of the kind the
+    book's 2-draw estimator had on SmolLM2's sink heads) puts E below the proven main sum there:
+    the check raises and names (layer, head, L, N), whatever the rules would grade."""
+    caps, _, _ = small_study
+    from normlimits.metrics import readings as R
+    honest = R._stratified_draw
+
+    def faulty(w, x, total, lens, grid, heavy, prob, keys, forms, generator):
+        vals = honest(w, x, total, lens, grid, heavy, prob, keys, forms, generator)
+        vals["scaled"][1, :, grid == 5] *= 0.3        # the second (layer, head) of the block
+        return vals
+
+    monkeypatch.setattr(R, "_stratified_draw", faulty)
+    study = TM.position_study(iter(caps), [64], [2, 5, 8], forms=("scaled",), samples=4,
+                              expectations={"scaled": ("main", "rms", "upper")}, per_octave=8)
+    cells = F2.proven_interval_breaches(study.means["scaled"], [64], [2, 5, 8])
+    assert {(l, h, L, n) for l, h, L, n, *_ in cells["main <= E <= rms"]} == {(0, 1, 64, 5)}
+    with pytest.raises(F2.ProvenBoundError, match=r"layer 0, head 1, L = 64, N = 5: E = "):
+        F2.check_proven_intervals(study.means["scaled"], [64], [2, 5, 8])
+
+
+def test_the_check_allows_the_standard_errors_and_the_rounding():
+    """A cell below main by 4 standard errors, or by 1e-5 of main with no standard error, is no
+    breach; by 6 standard errors it is (z = 5)."""
+    from types import SimpleNamespace
+    main = torch.ones(1, 1, 1, 3, dtype=torch.float64)
+    se = torch.tensor([0.01, 0.0, 0.01], dtype=torch.float64).view(1, 1, 1, 3)
+    mc = torch.tensor([1 - 0.04, 1 - 1e-5, 1 - 0.06], dtype=torch.float64).view(1, 1, 1, 3)
+    means = SimpleNamespace(mc=mc, mc_se=se, main=main, rms=2 * main, upper=None)
+    cells = F2.proven_interval_breaches(means, [8], [1, 2, 3])
+    assert [(L, n) for _, _, L, n, *_ in cells["main <= E <= rms"]] == [(8, 3)]
 def test_subsample_error_is_zero_for_the_same_study_and_positive_otherwise(small_study):
     caps, study, _ = small_study
     assert F2.subsample_error(study, study) == {"true": (0.0, 0.0), "main": (0.0, 0.0)}

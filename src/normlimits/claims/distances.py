@@ -16,6 +16,12 @@ from normlimits.core.protocol import CRITICAL_FRACTION, LINEAR_EXPONENT_BAND
 from normlimits.claims.base import Claim
 from normlimits.claims.rules import Criterion, Rule
 
+# Issue 47: a statement the chapter proves (main <= E <= rms; the corrected Corollary 2(i)
+# interval [main, upper]) is a check on the implementation, never a criterion. T1b and C2i
+# graded "refuted" on SmolLM2 because a miscalibrated Monte Carlo estimate of E seemed to break
+# them; the chapter now fails the build on such a breach (normlimits.experiments.figure2.
+# check_proven_intervals) and these rules grade only the measurements.
+
 CHAPTER = "distances"
 
 #: book: "approximately 0.06 L" is met within a factor 2 either way
@@ -72,18 +78,16 @@ CLAIMS = (
         scope="in the reconstructed form proven in the chapter",
         rule=Rule(
             criteria=(
-                Criterion("outside", "checks (exact enumeration, synthetic and model Monte Carlo) "
-                          "with $\\mathbb E\\tilde d$ outside [main, rms] by more than 5 standard "
-                          "errors", "==", 0, kind="check"),
                 Criterion("gap", "median over heads of $(\\mathbb E\\tilde d - \\text{main})/"
                           "\\text{main}$ on the model ($N = 5$, longest $L$, every query "
                           "position)", "<=", 0.1),
             ),
-            outcomes=(("all", "confirmed"), ("all:outside", "corrected"), ("else", "refuted")),
+            outcomes=(("all", "confirmed"), ("else", "corrected")),
             headline="gap",
-            text=("confirmed when the decomposition holds and the gap is below 10% of the main "
-                  "sum on the model; corrected when the decomposition holds (with the proven "
-                  "upper bound rms) but the gap is not small"),
+            text=("confirmed when the gap is below 10% of the main sum on the model; corrected "
+                  "when it is not: the decomposition with the proven upper bound rms (main $\\le"
+                  "\\mathbb E\\tilde d\\le$ rms, which the build checks on every cell and fails "
+                  "on a breach) replaces the paper's small gap"),
         ),
     ),
     Claim(
@@ -108,15 +112,13 @@ CLAIMS = (
                 Criterion("exp_expected", "log-log exponent in $L$ of the median head's "
                           "$\\mathbb E\\tilde d$ ($N = 5$, every query position)", "between",
                           LINEAR_EXPONENT_BAND),
-                Criterion("corrected_violations", "rows (synthetic, enumerated, model) breaking "
-                          "the corrected statement", "==", 0, kind="check"),
             ),
-            outcomes=(("all:ratio_model,ratio_flat,exp_expected", "confirmed"),
-                      ("all:corrected_violations", "corrected"), ("else", "refuted")),
+            outcomes=(("all", "confirmed"), ("else", "corrected")),
             headline="ratio_flat",
             text=("confirmed when the expectation is within 25% of $\\sum_i\\lVert\\alpha_i x_i"
                   "\\rVert$ on the model and on flat Gaussian rows and grows linearly; corrected "
-                  "when it is not but the chapter's corrected statement holds on every row"),
+                  "when it is not: the chapter's corrected statement, proven, replaces the paper's "
+                  "(the build checks it on every row and cell and fails on a breach)"),
         ),
     ),
     Claim(
