@@ -31,8 +31,8 @@ def ledger_rows():
     return [
         graded("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, REAL),              # confirmed
         graded("C1", {"literal_outside": 0.02, "maxkey_outside": 0.0}, STANDIN, variant="standin"),
-        graded("NU", {"exponent": -0.4, "entropy": 0.5, "regime": 0.1}, REAL),
-        graded("NU", {"exponent": -0.41, "entropy": 0.5, "regime": 0.1}, STANDIN, variant="standin"),
+        graded("NU", {"exponent": -0.4, "entropy": 0.5, "regime": 0.9}, REAL),            # refuted (in scope)
+        graded("NU", {"exponent": -0.41, "entropy": 0.5, "regime": 0.9}, STANDIN, variant="standin"),
         graded("LIM", {"closeness": 0.0003}, REAL),                                       # refuted
         graded("ALT-ssmax-vanishing", {"exponent": 0.0, "gain": 0.5}, REAL),
         graded("C1", {"literal_outside": 0.0, "maxkey_outside": 0.0}, "standin-rope (1.8M params)",
