@@ -48,7 +48,7 @@ from normlimits.experiments.alternatives import (JACOBIAN_STATISTICS, WINDOW_YAR
                                                  check_window_yardsticks)
 
 __all__ = ["JACOBIAN_STATISTICS", "WINDOW_YARDSTICKS", "yardstick_window_values", "yardstick_intervals",
-           "window_criteria", "largest_weight_interval", "interval_sentence"]
+           "window_criteria", "largest_weight_interval", "gamma_criteria", "interval_sentence"]
 
 
 def _head_curves(results, key: str, name: str, counts: Tensor) -> Tensor:
@@ -205,6 +205,35 @@ def largest_weight_interval(results, key: str, estimate: float, *, resamples: in
 
     return B.bootstrap_counts(results.windows, values_of, {"top": estimate},
                               resamples=resamples, seed=seed)["top"]
+
+
+def gamma_criteria(results, below: str, above: str) -> tuple[dict, dict]:
+    """ALT-gamma's criteria from the vanishing yardstick of SSMax at half (``below``) and twice
+    (``above``) the critical scale, measured on W windows (``results.stats[key]["max_weight"]``
+    [W, layers, heads, G] over ``results.config.lengths``), with Student t intervals over the
+    windows (the claim is asymptotic: the levels at the longest L and the trends over L together).
+
+    Per window the mean over heads of the largest weight at each L, [W, G]; then:
+    ``below`` / ``above``: its value at the longest L (mean over windows: the number the sweep
+    table shows for all windows); ``falls``: the fitted exponent against L of that curve at
+    ``below`` (negative: the rows move toward uniform as L grows); ``rises``: the fitted exponent
+    of one minus that curve at ``above`` (negative: toward one key). Values are means over the
+    windows of the per-window numbers (NaN where a window's number is), intervals
+    (:func:`normlimits.core.bootstrap.t_interval`, unit window) given for finite criteria with
+    W >= 2. Returns ``(values, intervals)``."""
+    lengths = list(results.config.lengths)
+
+    def curves(key: str) -> Tensor:                                            # [W, G]
+        weights = results.stats[key]["max_weight"].to(torch.float64)
+        return weights.reshape(weights.shape[0], -1, weights.shape[-1]).nanmean(1)
+
+    low, high = curves(below), curves(above)
+    series = {"below": low[:, -1], "above": high[:, -1],
+              "falls": loglog_fit(lengths, low).exponent, "rises": loglog_fit(lengths, 1 - high).exponent}
+    values = {k: float(v.mean()) for k, v in series.items()}
+    intervals = {k: B.t_interval(v, unit="window") for k, v in series.items()
+                 if v.numel() >= 2 and bool(torch.isfinite(v).all())}
+    return values, intervals
 
 
 def interval_sentence(intervals: dict, windows: int, jacobian_windows: int) -> str:
