@@ -15,7 +15,7 @@ import math
 from normlimits.core.protocol import (
     ALT_DECOUPLING_FACTOR, ALT_EXPONENT_GAIN, ALT_FLAT_EXPONENT, ALT_GAMMA_REGIME,
     ALT_SEPARABILITY_MARGIN, REMOVAL_EXPONENT_BAND, REMOVAL_PREDICT_FACTOR, REMOVAL_RENORM_FACTOR,
-    REMOVAL_TOLERANCE)
+    REMOVAL_TOLERANCE, SEPARABILITY_KNEE)
 from normlimits.claims.base import Claim
 from normlimits.claims.rules import Criterion, Rule
 
@@ -97,14 +97,23 @@ RULES = {
     ),
     "separability": Rule(
         criteria=(
-            Criterion("every", f"share of the grid's $N \\ge 16$ where its $N_s/N$ exceeds softmax's "
-                      f"by at least {ALT_SEPARABILITY_MARGIN}", ">=", 1.0),
+            Criterion("support", "median over heads of the median number of keys with non-zero "
+                      "weight in the separability rows (the proposition $N_s\\le|S|$ caps "
+                      f"$N_s/N$ at $|S|/N$ above the support)", ">=", SEPARABILITY_KNEE,
+                      kind="scope"),
+            Criterion("every", f"share of the grid's $N \\ge {SEPARABILITY_KNEE}$ within that "
+                      f"support where its $N_s/N$ exceeds softmax's by at least "
+                      f"{ALT_SEPARABILITY_MARGIN}", ">=", 1.0),
             Criterion("some", "the same share", ">", 0.0),
         ),
         outcomes=(("all:every", "confirmed"), ("all:some", "corrected"), ("else", "refuted")),
         headline="every",
-        text=(f"confirmed when $N_s/N$ beats softmax's by {ALT_SEPARABILITY_MARGIN} at every "
-              "$N \\ge 16$ of the grid (the paper's knee), corrected when at some, refuted when at none"),
+        text=(f"not testable where the median support is below $N = {SEPARABILITY_KNEE}$ (above its "
+              "support a normaliser's $N_s/N$ is capped at $|S|/N$ by construction, so the "
+              "comparison says nothing about separability); there, confirmed when $N_s/N$ beats "
+              f"softmax's by {ALT_SEPARABILITY_MARGIN} at every $N \\ge {SEPARABILITY_KNEE}$ of "
+              "the grid (the paper's knee) within the support, corrected when at some, refuted "
+              "when at none"),
     ),
     "gradient": Rule(
         criteria=(

@@ -14,8 +14,10 @@ statistic, batched log-log fits, one sort for every KS test):
   grid, :func:`normlimits.metrics.critical_n.resampled_critical_n`); a resample on which the
   reference has no critical N cannot grade it and is left out (NaN), as the whole sample's value
   would be;
-- separability: the share of the grid's N >= knee where the normaliser's N_s/N (mean over heads
-  of the mean over windows) beats the reference's by the margin;
+- separability: the median over heads of the rows' median support (keys with weight > 0; each
+  head's mean over the drawn windows), and the share of the grid's N >= knee within it (all of
+  them when none is) where the normaliser's N_s/N (mean over heads of the mean over windows)
+  beats the reference's by the margin;
 - gradient: the share of matched temperatures with a Jacobian norm at most ``factor`` of the
   reference's at equal selectivity. This yardstick runs on the first ``jacobian_windows`` windows
   only (it is the costly one), so its resampling unit is those windows; with one there is no
@@ -48,7 +50,7 @@ from normlimits.experiments.alternatives import (JACOBIAN_STATISTICS, WINDOW_YAR
                                                  check_window_yardsticks)
 
 __all__ = ["JACOBIAN_STATISTICS", "WINDOW_YARDSTICKS", "yardstick_window_values", "yardstick_intervals",
-           "window_criteria", "largest_weight_interval", "gamma_criteria", "interval_sentence"]
+           "window_criteria", "gamma_criteria", "interval_sentence"]
 
 
 def _head_curves(results, key: str, name: str, counts: Tensor) -> Tensor:
@@ -76,6 +78,20 @@ def _separability(results, key: str, counts: Tensor) -> Tensor:
     return _head_curves(results, key, "separability", counts).nanmean(1)
 
 
+def _separability_share(sep_k: Tensor, sep_r: Tensor, margin: float, ns: Sequence[int],
+                        support: Tensor) -> Tensor:
+    """[r]: per resample the share of ``ns`` (the grid's N >= knee) where ``sep_k`` [r, n] beats
+    ``sep_r`` [r, n] by ``margin``, over the N within the resample's median ``support`` [r] when
+    there is one, else over every N (:func:`normlimits.experiments.alternatives.separability_share`
+    for all resamples at once); NaN for no N."""
+    if not sep_k.shape[-1]:
+        return torch.full((sep_k.shape[0],), math.nan, dtype=torch.float64)
+    beats = (sep_k >= sep_r + margin).to(torch.float64)
+    within = torch.tensor(list(ns), dtype=torch.float64)[None, :] <= support[:, None]      # [r, n]
+    within = torch.where(within.any(-1, keepdim=True), within, torch.ones_like(within))
+    return (beats * within).sum(-1) / within.sum(-1)
+
+
 def yardstick_window_values(results, keys: Sequence[str], counts: Tensor, reference: str = "softmax", *,
                             alpha: float = 0.01, margin: float = 0.02, knee: int = 16,
                             yardsticks: Sequence[str] = WINDOW_YARDSTICKS) -> dict:
@@ -101,8 +117,9 @@ def yardstick_window_values(results, keys: Sequence[str], counts: Tensor, refere
             out[(key, "distance", "later")] = np.log2(crit_k / crit_r)
         if sep_r is not None:
             sep_k = _separability(results, key, counts)[:, start:]
-            share = ((sep_k >= sep_r + margin).to(torch.float64).mean(-1) if sep_k.shape[-1]
-                     else torch.full((counts.shape[0],), math.nan, dtype=torch.float64))
+            support = _head_curves(results, key, "separability_support", counts)[..., 0].nanmedian(-1).values
+            out[(key, "separability", "support")] = support.numpy()
+            share = _separability_share(sep_k, sep_r, margin, grid[start:], support)
             out[(key, "separability", "every")] = share.numpy()
             out[(key, "separability", "some")] = share.numpy()
     return out
@@ -190,21 +207,6 @@ def yardstick_intervals(results, verdicts: dict, reference: str = "softmax", *, 
     for key, ivs in _gradient_intervals(results, graded, reference, factor, resamples, seed).items():
         out[key]["gradient"] = ivs
     return out
-
-
-def largest_weight_interval(results, key: str, estimate: float, *, resamples: int = RESAMPLES,
-                            seed: int = SEED) -> Interval | None:
-    """The interval over the windows of ``YardstickResults.curve(key, "max_weight")[-1]`` (the mean
-    over heads of the mean largest weight at the longest L), widened to ``estimate``; None with
-    fewer than 2 windows."""
-    if results.windows < 2:
-        return None
-
-    def values_of(counts: Tensor) -> dict:
-        return {"top": _head_curves(results, key, "max_weight", counts)[..., -1].nanmean(-1).numpy()}
-
-    return B.bootstrap_counts(results.windows, values_of, {"top": estimate},
-                              resamples=resamples, seed=seed)["top"]
 
 
 def gamma_criteria(results, below: str, above: str) -> tuple[dict, dict]:
