@@ -9,7 +9,8 @@ loss and the gradient norms of the attention parameters (``W_Q``, ``W_K``, ``W_V
 and ``W_O``), and every few steps attention statistics on a fixed probe batch
 (entropy, largest weight, the Jacobian spectral norm at the model's own T, the logit spread). It
 reuses the stand-in's training loop, :func:`normlimits.model.standin.train_language_model`.
-:func:`summarise_study` compares temperatures in units of the seed spread.
+:func:`summarise_study` pairs the seeds across temperatures; :func:`summary_intervals` gives the
+Student t intervals over them that TR is graded with.
 
 Temperature enters exactly where GPT-2 applies its ``1/sqrt(d_head)``: every attention module's
 ``scaling`` attribute (which GPT-2 passes to whichever attention kernel runs, eager or sdpa) is
