@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -232,16 +233,19 @@ def _fake_run(t, seed, bits, grad):
                              bigram_bits=3.5, plateau_step=None, seconds=1.0, seed=seed)
 
 
-def test_summarise_study_counts_differences_in_seed_spreads():
+def test_summarise_study_pairs_the_seeds():
     runs = [_fake_run(1.0, s, b, 1.0) for s, b in enumerate((3.00, 3.02, 3.04))]
     runs += [_fake_run(0.03, s, b, g) for s, (b, g) in enumerate(((3.20, 3.0), (3.25, 5.0), (3.30, 4.0)))]
     study = TT.TemperatureStudy(runs=runs, config={}, recipe={}, corpus_sha256="x")
     summary = TT.summarise_study(study)
     assert summary.low == 0.03 and summary.base == 1.0
     assert summary.spread == pytest.approx(0.10)              # the larger range: 3.20..3.30
-    assert summary.difference == pytest.approx(0.23)         # 3.25 - 3.02
+    assert summary.differences == pytest.approx((0.20, 0.23, 0.26))   # same seed, paired
+    assert summary.difference == pytest.approx(0.23)         # their mean = 3.25 - 3.02
     assert summary.in_spreads == pytest.approx(2.3)
-    assert summary.gradient_ratio == pytest.approx(4.0)      # median of 3, 5, 4 (same seed at T = 1)
+    assert summary.ratios == pytest.approx((3.0, 5.0, 4.0))
+    assert summary.gradient_ratio == pytest.approx(60 ** (1 / 3))   # geometric mean of 3, 5, 4
+    assert summary.base_bits == pytest.approx((3.00, 3.02, 3.04))
     assert summary.learned == pytest.approx(3.5 - 3.02)      # bigram minus the mean at T = 1
     assert summary.table.loc[1.0, "seed range"] == pytest.approx(0.04)
     assert summary.table.loc[0.03, "raw logit spread"] == pytest.approx(2.0 * 0.03)
@@ -251,46 +255,84 @@ def test_summarise_study_counts_differences_in_seed_spreads():
     assert abs(near.in_spreads) < 1
 
 
-def test_summary_intervals_resample_paired_seeds():
-    """TR's intervals resample the seeds with both temperatures' runs of each (paired): computed
-    here from the resamples' own indices, the difference in units of the all-seed spread, the
-    median gradient ratio and the bigram gap of the drawn seeds."""
+def _study(low_bits, base_bits=(3.00, 3.02, 3.04), ratios=(3.0, 5.0, 4.0)):
+    runs = [_fake_run(1.0, s, b, 1.0) for s, b in enumerate(base_bits)]
+    runs += [_fake_run(0.03, s, b, g) for s, (b, g) in enumerate(zip(low_bits, ratios))]
+    return TT.TemperatureStudy(runs=runs, config={}, recipe={}, corpus_sha256="x")
+
+
+def test_summary_intervals_are_t_intervals_over_the_paired_seeds():
+    """TR's intervals are Student t intervals over the seeds (2 degrees of freedom for 3): of the
+    paired differences, of the log gradient ratios (exponentiated) and of the bigram gap."""
+    from scipy.stats import t as student_t
+
+    from normlimits import claims
     from normlimits.core import bootstrap as B
 
-    runs = [_fake_run(1.0, s, b, 1.0) for s, b in enumerate((3.00, 3.02, 3.04))]
-    runs += [_fake_run(0.03, s, b, g) for s, (b, g) in enumerate(((3.20, 3.0), (3.25, 5.0), (3.30, 4.0)))]
-    study = TT.TemperatureStudy(runs=runs, config={}, recipe={}, corpus_sha256="x")
+    study = _study((3.20, 3.25, 3.30))
     summary = TT.summarise_study(study)
     got = TT.summary_intervals(study, summary)
     assert set(got) == {"harder", "easier", "gradients", "learned"}
-    assert all(iv.unit == "seed" and iv.n == 3 and iv.resamples == B.RESAMPLES for iv in got.values())
-    low, base, ratio = torch.tensor([3.20, 3.25, 3.30]), torch.tensor([3.00, 3.02, 3.04]), torch.tensor([3.0, 5.0, 4.0])
-    index = B.resample_indices(3)
-    q = torch.tensor([0.025, 0.975], dtype=torch.float64)
-    diff = ((low[index].mean(1) - base[index].mean(1)) / 0.10).double()
-    assert [got["harder"].low, got["harder"].high] == pytest.approx(torch.quantile(diff, q).tolist(), abs=1e-6)
+    assert all(iv.unit == "seed" and iv.n == 3 and iv.method == B.T_METHOD for iv in got.values())
+    t2 = float(student_t.ppf(0.975, 2))
+    half = t2 * 0.03 / math.sqrt(3)                       # differences 0.20, 0.23, 0.26: sd 0.03
+    assert (got["harder"].low, got["harder"].high) == pytest.approx((0.23 - half, 0.23 + half))
     assert got["easier"] == got["harder"]
-    grad = ratio[index].double().median(1).values       # 3 draws: the middle one is the median
-    assert [got["gradients"].low, got["gradients"].high] == pytest.approx(torch.quantile(grad, q).tolist())
-    learned = (3.5 - base[index].mean(1)).double()
-    assert [got["learned"].low, got["learned"].high] == pytest.approx(torch.quantile(learned, q).tolist(), abs=1e-6)
-    for key, value in {"harder": summary.in_spreads, "gradients": summary.gradient_ratio,
-                       "learned": summary.learned}.items():
-        assert got[key].low <= value <= got[key].high
-    # paired differences 0.20, 0.23, 0.26 bits: every resample is harder by 2 spreads or more,
-    # and every seed's gradient ratio is above 2, so the intervals decide TR
-    assert got["harder"].low == pytest.approx(2.0) and got["gradients"].low == pytest.approx(3.0)
+    logs = np.log([3.0, 5.0, 4.0])
+    g_half = t2 * logs.std(ddof=1) / math.sqrt(3)
+    assert (got["gradients"].low, got["gradients"].high) == pytest.approx(
+        (math.exp(logs.mean() - g_half), math.exp(logs.mean() + g_half)))
+    values = {"harder": summary.difference, "easier": summary.difference,
+              "gradients": summary.gradient_ratio, "learned": summary.learned}
+    # consistently harder by 0.2 bits, gradients 3 to 5 times larger: both decided
+    assert got["harder"].low > 0 and got["gradients"].low > 2
+    assert claims.claim("TR").rule.grade(values, got) == "confirmed"
+    # gradient ratios 1.5, 5, 4: the interval reaches below 2, so confirmed or corrected
+    wide = TT.summarise_study(_study((3.20, 3.25, 3.30), ratios=(1.5, 5.0, 4.0)))
+    wide_ivs = TT.summary_intervals(_study((3.20, 3.25, 3.30), ratios=(1.5, 5.0, 4.0)), wide)
+    wide_values = {**values, "gradients": wide.gradient_ratio}
+    assert claims.claim("TR").rule.possible_verdicts(wide_values, wide_ivs) == {"confirmed", "corrected"}
+    sentence = TT.interval_sentence(summary, got, seconds_per_run=60.0)
+    assert "Student t" in sentence and "3 seeds" in sentence and "decide the sign" in sentence
+    assert "single seed" in TT.interval_sentence(summary, {}) and "$" not in sentence
+    one_seed = TT.TemperatureStudy(runs=[study.runs[0], study.runs[3]], config={}, recipe={}, corpus_sha256="x")
+    assert TT.summary_intervals(one_seed, TT.summarise_study(one_seed)) == {}
+
+
+def test_a_small_effect_within_the_seeds_noise_is_inconclusive_not_not_reproduced():
+    """The issue's case: a difference about 20 times smaller than the seeds' spread. Its value
+    alone would read 'easier' (refuted); its t interval over the 3 seeds straddles 0, so the
+    verdict is inconclusive, and the sentence says how many seeds would decide it and what
+    they would cost."""
     from normlimits import claims
 
-    values = {"harder": summary.in_spreads, "easier": summary.in_spreads,
+    study = _study((3.30, 2.60, 3.06), base_bits=(3.00, 3.02, 3.04), ratios=(30.0, 28.0, 33.0))
+    summary = TT.summarise_study(study)
+    assert summary.difference == pytest.approx(-0.0333, abs=1e-3)
+    got = TT.summary_intervals(study, summary)
+    values = {"harder": summary.difference, "easier": summary.difference,
               "gradients": summary.gradient_ratio, "learned": summary.learned}
-    assert claims.claim("TR").rule.grade(values, got) == "confirmed"
-    sentence = TT.interval_sentence(summary, got)
-    assert f"+2.30 [{got['harder'].low:+.2f}, {got['harder'].high:+.2f}] seed spreads" in sentence
-    assert "gives ranges (over 3 seeds, too few for 95% intervals)" in sentence
-    assert "single seed" in TT.interval_sentence(summary, {}) and "$" not in sentence
-    one_seed = TT.TemperatureStudy(runs=[runs[0], runs[3]], config={}, recipe={}, corpus_sha256="x")
-    assert TT.summary_intervals(one_seed, TT.summarise_study(one_seed)) == {}
+    rule = claims.claim("TR").rule
+    assert rule.grade(values) == "refuted"                     # the value alone
+    assert rule.grade(values, got) == "inconclusive"
+    needed = TT.seeds_to_decide(summary.differences)
+    assert needed is not None and needed > 100
+    sentence = TT.interval_sentence(summary, got, seconds_per_run=60.0)
+    assert f"about {needed:,} seeds" in sentence and "hours of training" in sentence
+
+
+def test_seeds_to_decide_is_the_smallest_count_whose_t_interval_clears_zero():
+    from scipy.stats import t as student_t
+
+    diffs = [0.1, -0.05, 0.2]
+    n = TT.seeds_to_decide(diffs)
+    mean, sd = float(np.mean(diffs)), float(np.std(diffs, ddof=1))
+    clears = lambda k: student_t.ppf(0.975, k - 1) * sd / math.sqrt(k) < mean
+    assert clears(n) and not clears(n - 1)
+    assert TT.seeds_to_decide([0.20, 0.23, 0.26]) == 3        # already decided
+    assert TT.seeds_to_decide([0.1, -0.1]) is None             # mean 0
+    with pytest.raises(ValueError, match="at least 2"):
+        TT.seeds_to_decide([0.1])
 
 
 def test_runs_trained_side_by_side_equal_runs_trained_one_after_the_other(isolated_cache, monkeypatch, tmp_path):

@@ -335,3 +335,55 @@ def test_theory_newcomers():
     rho = TA.sp.Symbol("rho", positive=True)
     assert TA.closes(cs.gamma_c - 1 / (1 - rho)) and cs.below == 0 and cs.above == 1
     assert TA.sink_match().difference == 0
+
+
+def test_separability_support_is_the_rows_support_and_caps_the_compared_n(tiny_capture, tiny_loaded):
+    """measure_window records each head's median support over the separability rows (keys with
+    non-zero weight); the verdict compares N_s/N only at the grid's N >= knee within the median
+    support, and records that support for the rule's scope criterion."""
+    cfg = tiny_config()
+    res = A.measure_window(tiny_capture, ["softmax", "sparsemax"], cfg)
+    rows = torch.tensor(cfg.rows)
+    top = int(rows.max()) + 1
+    logits = tiny_capture.logits(rows)[..., :top].double()
+    w = NORMALIZERS["sparsemax"](logits)
+    by_hand = ((w > 0) & torch.isfinite(logits)).sum(-1).double().median(-1, keepdim=True).values
+    assert torch.equal(res["sparsemax"]["separability_support"], by_hand)
+    assert torch.equal(res["softmax"]["separability_support"],
+                       (rows + 1).double().median().expand_as(by_hand))      # every visible key
+    results = _tiny_results(tiny_loaded)
+    v = A.yardstick_verdict(results, "sparsemax", knee=4, margin=0.0)
+    support = A.separability_support(results, "sparsemax")
+    assert v.values["separability"]["support"] == support
+    grid = list(results.config.n_grid)
+    ns = [n for n in grid if n >= 4]
+    sep_k = results.curve("sparsemax", "separability")[grid.index(4):]
+    sep_r = results.curve("softmax", "separability")[grid.index(4):]
+    within = torch.tensor([n <= support for n in ns])
+    beats = (sep_k >= sep_r).double()
+    expected = float(beats[within].mean()) if bool(within.any()) else float(beats.mean())
+    assert v.values["separability"]["every"] == expected
+
+
+def test_separability_share_counts_only_the_n_within_the_support():
+    sep_k = torch.tensor([0.9, 0.5, 0.2, 0.1], dtype=torch.float64)
+    sep_r = torch.tensor([0.5, 0.6, 0.3, 0.3], dtype=torch.float64)
+    assert A.separability_share(sep_k, sep_r, 0.0, torch.tensor([True, True, False, False])) == 0.5
+    assert A.separability_share(sep_k, sep_r, 0.0, torch.tensor([False] * 4)) == 0.25   # shown, not graded
+    assert math.isnan(A.separability_share(sep_k[:0], sep_r[:0], 0.0, torch.tensor([], dtype=torch.bool)))
+
+
+def test_a_sparse_normaliser_above_its_support_is_not_testable_on_separability():
+    """The issue's case: sparsemax's median support is 3 keys, the rule compares at N >= 16. The
+    chapter's proposition caps N_s/N at |S|/N there, so the claim is not testable (the reason
+    names the support), whatever the share says; with a support of 64 keys it is graded."""
+    from normlimits import claims
+    from normlimits.claims.alternatives import claim_id
+
+    cid = claim_id("sparsemax", "separability")
+    row = claims.make_row(cid, {"support": 3.0, "every": 0.0, "some": 0.0}, "m", chapter="alternatives",
+                          model="x")
+    assert row["verdict"] == "not testable" and "support" in row["reason"]
+    assert "outside the claim's scope" in row["reason"]
+    assert claims.claim(cid).rule.grade({"support": 64.0, "every": 0.0, "some": 0.0}) == "refuted"
+    assert claims.claim(cid).rule.grade({"support": 64.0, "every": 1.0, "some": 1.0}) == "confirmed"

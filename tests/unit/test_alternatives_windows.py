@@ -56,7 +56,7 @@ def test_window_values_are_the_verdict_on_the_drawn_windows(five_windows):
                     assert (math.isnan(g) and math.isnan(value)) or g == pytest.approx(value, rel=1e-9, abs=1e-12), \
                         (i, key, y, c)
                     compared += 1
-    assert compared == 6 * 4 * 5          # 2 vanishing, 1 distance, 2 separability criteria
+    assert compared == 6 * 4 * 6          # 2 vanishing, 1 distance, 3 separability criteria (support too)
     ones = torch.ones(1, five_windows.windows, dtype=torch.float64)
     whole = AW.yardstick_window_values(five_windows, ["ssmax"], ones, **OPTIONS)
     v = A.yardstick_verdict(five_windows, "ssmax", **OPTIONS)
@@ -120,7 +120,6 @@ def test_no_interval_from_one_window_or_one_jacobian_window(five_windows):
     verdicts = {"ssmax": A.yardstick_verdict(single_jacobian, "ssmax", **OPTIONS)}
     ivs = AW.yardstick_intervals(single_jacobian, verdicts, resamples=200, **OPTIONS)
     assert ivs["ssmax"]["gradient"] == {} and ivs["ssmax"]["vanishing"]
-    assert AW.largest_weight_interval(one, "ssmax", 0.5) is None
     assert "no interval" in AW.interval_sentence({"ssmax": {"vanishing": {}}}, 1, 1)
 
 
@@ -187,18 +186,6 @@ def test_a_statistic_straddling_its_threshold_is_inconclusive(five_windows):
     assert rule.grade(verdict.values["vanishing"], ivs["ssmax"]["vanishing"]) == "inconclusive"
 
 
-def test_largest_weight_interval_is_the_sweep_table_number(five_windows):
-    estimate = float(five_windows.curve("ssmax", "max_weight")[-1])
-    iv = AW.largest_weight_interval(five_windows, "ssmax", estimate, resamples=300)
-    assert iv.n == 5 and iv.low <= estimate <= iv.high
-    by_hand = []
-    for row in B.resample_counts(5, 300).tolist():
-        by_hand.append(float(drawn(five_windows, row).curve("ssmax", "max_weight")[-1]))
-    low, high = np.quantile(by_hand, [0.025, 0.975])
-    assert iv.low == pytest.approx(min(low, estimate), rel=1e-9)
-    assert iv.high == pytest.approx(max(high, estimate), rel=1e-9)
-
-
 def test_overview_shows_values_with_their_intervals(five_windows):
     verdicts = {k: A.yardstick_verdict(five_windows, k, **OPTIONS) for k in ("ssmax", "sparsemax")}
     ivs = AW.yardstick_intervals(five_windows, verdicts, resamples=200, **OPTIONS)
@@ -262,3 +249,42 @@ def test_window_criteria_are_the_verdicts_and_intervals_of_those_yardsticks(five
         AW.window_criteria(part, keys, ["gradient"], **OPTIONS)
     one_values, one_ivs = AW.window_criteria(part.first(1), keys, ["vanishing"], **OPTIONS)
     assert one_ivs == {k: {"vanishing": {}} for k in keys} and one_values["ssmax"]["vanishing"]
+
+
+def test_gamma_criteria_are_window_means_with_t_intervals(five_windows):
+    """ALT-gamma's four criteria: per window the mean over heads of the largest weight at each L;
+    levels at the longest L and log-log exponents (of 1 - w for the upper scale), averaged over
+    the windows, each with the Student t interval of the per-window numbers."""
+    from normlimits.core.fits import loglog_fit
+
+    values, ivs = AW.gamma_criteria(five_windows, "ssmax", "sparsemax")
+    lengths = list(five_windows.config.lengths)
+    per = {k: five_windows.stats[k]["max_weight"].double().reshape(5, -1, len(lengths)).nanmean(1)
+           for k in ("ssmax", "sparsemax")}
+    expected = {"below": per["ssmax"][:, -1], "above": per["sparsemax"][:, -1],
+                "falls": loglog_fit(lengths, per["ssmax"]).exponent,
+                "rises": loglog_fit(lengths, 1 - per["sparsemax"]).exponent}
+    for key, series in expected.items():
+        assert values[key] == pytest.approx(float(series.mean()), rel=1e-12), key
+        if key in ivs:
+            assert ivs[key] == B.t_interval(series, unit="window")
+    assert values["below"] == pytest.approx(float(five_windows.curve("ssmax", "max_weight")[-1]), rel=1e-12)
+    assert {"below", "falls"} <= set(ivs) and all(iv.method == B.T_METHOD and iv.n == 5 for iv in ivs.values())
+    one_values, one_ivs = AW.gamma_criteria(five_windows.first(1), "ssmax", "sparsemax")
+    assert one_ivs == {} and one_values["below"] == pytest.approx(float(expected["below"][0]))
+
+
+def test_alt_gamma_at_one_length_is_not_refuted_by_a_near_miss():
+    """The issue's case: the levels miss their cut-offs by 0.003 and 0.037 on two windows. Read
+    with honest intervals over 2 windows they decide nothing: inconclusive. On many windows with
+    the rows moving toward both limits, a level short of its cut-off at L = 1024 leaves the
+    asymptotic claim not reproduced, not refuted; a trend away from a limit refutes it."""
+    rule = claim("ALT-gamma").rule
+    two = {"below": [0.24, 0.266], "above": [0.69, 0.736], "falls": [-0.2, -0.1], "rises": [-0.3, -0.1]}
+    values = {k: float(np.mean(v)) for k, v in two.items()}
+    ivs = {k: B.t_interval(v, unit="window") for k, v in two.items()}
+    assert rule.grade(values) == "not reproduced"               # on the values alone
+    assert rule.grade(values, ivs) == "inconclusive"
+    assert rule.grade({"below": 0.2, "above": 0.8, "falls": -0.2, "rises": -0.3}) == "confirmed"
+    assert rule.grade({"below": 0.253, "above": 0.713, "falls": -0.2, "rises": -0.3}) == "not reproduced"
+    assert rule.grade({"below": 0.2, "above": 0.8, "falls": 0.1, "rises": -0.3}) == "refuted"

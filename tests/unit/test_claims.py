@@ -217,7 +217,7 @@ def test_a_chapter_on_one_window_says_why_its_rows_have_no_interval(tmp_path, mo
     class EightWindows(_Ctx):
         window_count = 8
 
-    values = {"exponent": -1.0, "entropy": 0.5, "regime": 0.1}
+    values = {"exponent": -1.0, "entropy": 0.5, "regime": 0.9}   # inside NU's scope: graded
     row = claims.record(OneWindow(), "NU", values, "m", glue=False).row
     assert row["unresampled"] == claims.ONE_WINDOW and claims.without_interval([row]) == []
     own = claims.record(OneWindow(), "NU", values, "m", unresampled="a fixed computation", glue=False).row

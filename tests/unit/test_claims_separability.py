@@ -50,10 +50,10 @@ def test_other_rules():
     assert grade("S80", largest_head=0.8, largest_uniform=0.5) == "confirmed"
     assert grade("S80", largest_head=0.8, largest_uniform=0.95) == "refuted"     # a cap: no repair
     assert grade("S80", largest_head=0.95, largest_uniform=0.5) == "refuted"
-    assert grade("MON", entropy_rank=-0.8, band_share=0.6) == "confirmed"
-    assert grade("MON", entropy_rank=-0.8, band_share=0.1) == "corrected"
-    assert grade("MON", entropy_rank=0.3, band_share=0.1) == "refuted"
-    assert grade("MON", entropy_rank=-0.8, band_share=math.nan) == "not testable"
+    assert grade("MON", checkpoints=3, entropy_rank=-0.8, band_share=0.6) == "confirmed"
+    assert grade("MON", checkpoints=3, entropy_rank=-0.8, band_share=0.1) == "corrected"
+    assert grade("MON", checkpoints=3, entropy_rank=0.3, band_share=0.1) == "refuted"
+    assert grade("MON", checkpoints=3, entropy_rank=-0.8, band_share=math.nan) == "not testable"
     assert grade("TSEP", rank=-1.0, gain=0.3) == "confirmed"
     assert grade("TSEP", rank=-0.5, gain=0.3) == "partial"
     assert grade("TSEP", rank=0.5, gain=-0.1) == "refuted"
@@ -65,4 +65,17 @@ def test_identities_cannot_carry_a_verdict_alone():
     assert kinds["jensen"] == kinds["arithmetic"] == "identity"
     assert kinds["gap"] == kinds["bernoulli"] == "measurement"
     with pytest.raises(ValueError, match="no value"):
-        claims.record("separability", "MON", {"entropy_rank": -0.8, "band_share": None}, "m", model="x")
+        claims.record("separability", "MON", {"checkpoints": 1, "entropy_rank": -0.8, "band_share": None},
+                      "m", model="x")
+
+
+def test_mon_on_one_trained_checkpoint_is_not_testable_whatever_the_heads_say():
+    """MON is a diagnostic during training: measured on one checkpoint its scope criterion
+    fails, so even heads that would confirm it across one model leave it not testable, and the
+    row's reason names the checkpoints."""
+    assert grade("MON", checkpoints=1, entropy_rank=-0.8, band_share=0.6) == "not testable"
+    assert grade("MON", checkpoints=1, entropy_rank=0.3, band_share=0.1) == "not testable"
+    row = claims.make_row("MON", {"checkpoints": 1, "entropy_rank": 0.3, "band_share": 0.1}, "m",
+                          chapter="separability", model="x")
+    assert row["verdict"] == "not testable"
+    assert "outside the claim's scope" in row["reason"] and "checkpoints" in row["reason"]

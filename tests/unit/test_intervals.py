@@ -368,7 +368,7 @@ def test_unit_counts_and_weighted_sums_are_the_resamples_sums():
 
 def test_without_interval_names_the_graded_rows_that_neither_resample_nor_say_why():
     rule = claims.claim("NU").rule
-    values = {c.key: 0.0 for c in rule.criteria}
+    values = {**{c.key: 0.0 for c in rule.criteria}, "regime": 1.0}     # inside NU's scope
     bare = claims.make_row("NU", values, "x", chapter="a", model="m")
     said = claims.make_row("NU", values, "x", chapter="a", model="m", unresampled="one window")
     resampled = claims.make_row("NU", values, "x", chapter="a", model="m",

@@ -39,11 +39,11 @@ def ledger_doc():
 
 def before_4_0(doc: dict) -> dict:
     """``doc`` as a writer before 4.0 wrote it: no ``claim_kind``, ``about`` or ``sensitivity``,
-    and "corrected" where a rule's outcomes now name "partial" (the verdict 4.0 added)."""
+    and "corrected" where a rule's outcomes now name "partial" (the verdict 4.0 added), and the
+    criteria 4.0 calls scope criteria (NU's regime share, say) were measurements."""
     old = copy.deepcopy(doc)
+    old["rows"] = [row_before_4_0(row) for row in old["rows"]]
     for row in old["rows"]:
-        for name in ("claim_kind", "about", "sensitivity"):
-            row.pop(name, None)
         row["outcomes"] = [[cond, "corrected" if verdict == "partial" else verdict]
                            for cond, verdict in row["outcomes"]]
     return old
@@ -51,7 +51,11 @@ def before_4_0(doc: dict) -> dict:
 
 def row_before_4_0(row: dict) -> dict:
     """A row as a writer before 4.0 wrote it (:func:`before_4_0` for one row)."""
-    return {k: v for k, v in row.items() if k not in ("claim_kind", "about", "sensitivity")}
+    out = {k: copy.deepcopy(v) for k, v in row.items() if k not in ("claim_kind", "about", "sensitivity")}
+    for c in out["criteria"]:
+        if c["kind"] == "scope":
+            c["kind"] = "measurement"
+    return out
 
 
 def before_3_0(doc: dict) -> dict:
@@ -356,4 +360,7 @@ def test_4_0_adds_partial_scope_and_whose_claim_it_is(ledger_doc):
     doc = copy.deepcopy(ledger_doc)
     doc["rows"][0]["criteria"][0]["kind"] = "scope"
     assert schema.problems(doc, "ledger") == []
-    assert any("kind" in p for p in schema.problems({**before_4_0(doc), "schema_version": "3.0"}, "ledger"))
+    kept = copy.deepcopy(doc)              # 4.0's row fields dropped, the scope kind kept
+    kept["rows"] = [{k: v for k, v in row.items() if k not in ("claim_kind", "about", "sensitivity")}
+                    for row in kept["rows"]]
+    assert any("kind" in p for p in schema.problems({**kept, "schema_version": "3.0"}, "ledger"))

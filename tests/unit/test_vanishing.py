@@ -481,3 +481,50 @@ def test_nu_intervals_of_identical_windows_are_the_value_and_one_window_has_none
     assert "median exponent" in sentence and "[" in sentence
     with pytest.raises(ValueError, match="stacked over windows"):
         V.nu_intervals(V.sweep_queries_keys(torch.randn(3, 32, 4), torch.randn(3, 32, 4), 0.5, [8, 16, 32]))
+
+
+def test_max_weight_rest_removes_key_zero_and_renormalises():
+    """The sink pattern keeps its weight on key 0; without key 0 the rest (uniform logits on
+    [-a, 0]) spread about evenly, so that largest weight falls about as 1/L; every finite row
+    is checked against a loop over its keys 1..L-1."""
+    lengths = length_grid(32, 1024)
+    logits = V.synthetic_sink_logits(lengths, bound=8.0, trials=8, seed=0)
+    stats = V.row_statistics(logits, torch.full((8, len(lengths)), 8.0, dtype=torch.float64), lengths)
+    for trial in (0, 5):
+        for g, length in enumerate(lengths):
+            rest = logits[trial, g, 1:length]
+            expected = float(torch.softmax(rest, -1).max())
+            assert float(stats.max_weight_rest[trial, g]) == pytest.approx(expected, rel=1e-12)
+    assert float(loglog_fit(lengths, stats.first_key_weight.mean(0)).exponent) > -0.1
+    assert float(loglog_fit(lengths, stats.max_weight_rest.mean(0)).exponent) < -0.8
+    one = V.row_statistics(torch.tensor([[[0.5, float("-inf")], [0.5, 1.0]]], dtype=torch.float64),
+                           torch.ones(1, 2, dtype=torch.float64), [1, 2])
+    assert math.isnan(float(one.max_weight_rest[0, 0])) and float(one.max_weight_rest[0, 1]) == 1.0
+
+
+def test_head_summary_reports_the_exponent_without_key_zero():
+    lengths = length_grid(32, 256)
+    logits = V.synthetic_sink_logits(lengths, bound=8.0, trials=4, seed=2)
+    stats = V.stack_statistics([V.row_statistics(logits.reshape(2, 2, len(lengths), -1),
+                                                 torch.full((2, 2, len(lengths)), 8.0, dtype=torch.float64),
+                                                 lengths)] * 2)
+    heads = V.head_summary(stats)
+    assert list(heads["exponent"] > -0.1) == [True] * 4
+    assert list(heads["exponent_rest"] < -0.6) == [True] * 4      # one row per head: noisy, far from 0
+
+
+def test_nu_is_not_testable_outside_the_regime_and_graded_inside():
+    """NU's regime criterion is a scope criterion: with no row where L > e^(2 Delta/T) the claim
+    is not testable whatever the exponent says (the reason names the regime); inside the regime
+    the exponent and entropy grade it."""
+    from normlimits import claims
+
+    outside = {"exponent": -0.3, "entropy": 0.6, "regime": 0.0}
+    row = claims.make_row("NU", outside, "test", chapter="vanishing", model="test")
+    assert row["verdict"] == "not testable"
+    assert "outside the claim's scope" in row["reason"] and "L > e^2Δ/T" in row["reason"]
+    assert claims.claim("NU").rule.grade({**outside, "regime": 0.9}) == "refuted"
+    assert claims.claim("NU").rule.grade({"exponent": -0.95, "entropy": 0.95, "regime": 0.9}) == "confirmed"
+    # a regime share whose interval straddles the threshold leaves the verdict open
+    assert claims.claim("NU").rule.grade({**outside, "regime": 0.55},
+                                         {"regime": (0.3, 0.7)}) == "inconclusive"

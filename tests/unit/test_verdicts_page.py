@@ -38,8 +38,8 @@ def ledger_rows():
     return [
         graded("C1", C1_LITERAL, REAL),                                                   # corrected
         graded("C1", {**C1_LITERAL, "literal_outside": 0.02}, STANDIN, variant="standin"),
-        graded("NU", {"exponent": -0.4, "entropy": 0.5, "regime": 0.1}, REAL),
-        graded("NU", {"exponent": -0.41, "entropy": 0.5, "regime": 0.1}, STANDIN, variant="standin"),
+        graded("NU", {"exponent": -0.4, "entropy": 0.5, "regime": 0.9}, REAL),            # refuted (in scope)
+        graded("NU", {"exponent": -0.41, "entropy": 0.5, "regime": 0.9}, STANDIN, variant="standin"),
         graded("LIM", {"closeness": 0.0003, "paper_model": 0}, REAL),                     # not reproduced
         graded("ALT-ssmax-vanishing", {"exponent": 0.0, "gain": 0.5}, REAL),
         graded("C1", C1_LITERAL, REAL, chapter="architectures", variant="smollm2-135m", sensitivity=SURVEY),

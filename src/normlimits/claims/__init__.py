@@ -282,7 +282,7 @@ def recorded_intervals(row: Mapping) -> dict:
     resampling = row.get("resampling")
     if not resampling:
         return {}
-    how = {k: resampling[k] for k in ("unit", "n", "resamples", "level", "seed")}
+    how = {k: resampling[k] for k in ("unit", "n", "resamples", "level", "seed", "method")}
     return {c["key"]: Interval(c["interval"][0], c["interval"][1], **how)
             for c in row["criteria"] if "interval" in c}
 

@@ -12,6 +12,9 @@ from normlimits.claims.rules import Criterion, Rule
 CHAPTER = "separability"
 _LOW, _HIGH = SEPARABILITY_PLATEAU
 _MON_LOW, _MON_HIGH = SEPARABILITY_MONITOR_BAND
+#: MON's scope: a diagnostic of "rising" entropy and "falling" N_s/N needs the same heads at two
+#: or more checkpoints of training (issue 47: one checkpoint's heads compared do not test it)
+MON_CHECKPOINTS = 2
 #: coverage differences below this are "the same coverage" for the multi-head rules
 COVERAGE_TOLERANCE = 0.05
 
@@ -190,10 +193,12 @@ CLAIMS = (
                f"to {_MON_LOW:.0%}–{_MON_HIGH:.0%} means the head has saturated its capacity\"; "
                "guideline 2: rising entropy or a falling $N_s/N$ is an early sign that a head has "
                "saturated its geometric capacity."),
-        scope=("across the heads of the trained model (the book does not follow heads through "
-               "training)"),
+        scope=("a diagnostic during training: it needs the same heads measured at two or more "
+               "checkpoints; the book measures one trained checkpoint, across its heads"),
         rule=Rule(
             criteria=(
+                Criterion("checkpoints", "training checkpoints at which the same heads are measured",
+                          ">=", MON_CHECKPOINTS, kind="scope"),
                 Criterion("entropy_rank", "Spearman correlation over heads between the mean "
                           f"normalised attention entropy and $N_s/N$ at $N={SEPARABILITY_KNEE}$",
                           "<=", -0.5),
@@ -201,9 +206,14 @@ CLAIMS = (
                           f"(slope within {SEPARABILITY_FLAT_SLOPE} per doubling) with a plateau "
                           f"in [{_MON_LOW}, {_MON_HIGH}]", ">=", 0.5),
             ),
-            outcomes=(("all", "confirmed"), ("any", "corrected"), ("else", "refuted")),
+            outcomes=(("all", "confirmed"), ("any:entropy_rank,band_share", "corrected"),
+                      ("else", "refuted")),
             headline="band_share",
-            text=("confirmed when heads with higher attention entropy separate worse (rank "
+            text=(f"not testable unless the same heads are measured at {MON_CHECKPOINTS} or more "
+                  "checkpoints of training (\"rising\" entropy and \"falling\" $N_s/N$ are a "
+                  "head's course during training: a correlation across the heads of one trained "
+                  "checkpoint does not test it, and the band share re-counts F3's plateau level); "
+                  "there, confirmed when heads with higher attention entropy separate worse (rank "
                   "correlation at most −0.5) and at least half of the heads that saturate do so "
                   f"inside [{_MON_LOW}, {_MON_HIGH}]; corrected when only one half of the "
                   "diagnostic holds"),

@@ -15,6 +15,12 @@ not tensor functions (a threshold crossing on a grid followed by a fit, say): it
 of the resample's unit indices once per resample, for several statistics at once. The same seed,
 data and statistic always give the same interval.
 
+With few units (2 to 4 windows, 3 seeds) a percentile bootstrap can only recombine them, so its
+interval is close to their range, not a 95% interval. :func:`t_interval` gives the Student t
+interval of a mean over the units (``n - 1`` degrees of freedom), whose coverage holds at any
+``n >= 2`` for values spread about normally: the method TR's seeds and SSMax's critical-scale
+windows use (:data:`T_METHOD`).
+
 An interval always contains the estimate (the statistic of all units, as the ledger records it):
 it is the hull of the percentile interval and the estimate. For smooth statistics (means,
 medians) this changes nothing; for extremes (a maximum over heads of means over windows, say)
@@ -43,7 +49,8 @@ from torch import Tensor
 
 from normlimits.core.markup import RANGE_BELOW, count_words
 
-__all__ = ["RESAMPLES", "LEVEL", "SEED", "UNITS", "Interval", "resample_indices",
+__all__ = ["RESAMPLES", "LEVEL", "SEED", "UNITS", "METHOD", "T_METHOD", "METHODS", "Interval",
+           "t_interval", "resample_indices",
            "unit_counts", "weighted_sum", "drawn_mean", "resample_counts", "bootstrap_interval", "bootstrap_values", "bootstrap_counts",
            "median_of_means", "mean_of_means", "units_to_decide", "distinct_resamples", "level_words",
            "resampling_sentence"]
@@ -58,6 +65,9 @@ SEED = 31
 UNITS = ("window", "seed", "draw")
 #: how every interval is computed (the ledger's ``resampling.method``)
 METHOD = "percentile bootstrap, widened to the estimate"
+#: the Student t interval of a mean over few units (:func:`t_interval`; no resampling)
+T_METHOD = "Student t interval of the mean over the units"
+METHODS = (METHOD, T_METHOD)
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,8 @@ class Interval:
     """A percentile bootstrap interval ``[low, high]`` of a statistic over ``n`` units of kind
     ``unit`` (one of :data:`UNITS`), from ``resamples`` resamples at coverage ``level`` with
     generator seed ``seed``; ``widened``: the percentile interval missed the estimate and was
-    extended to it (:data:`METHOD`)."""
+    extended to it (:data:`METHOD`). ``method`` :data:`T_METHOD`: a Student t interval of a mean
+    over the ``n`` units (:func:`t_interval`; ``resamples`` and ``seed`` are 0, nothing is drawn)."""
 
     low: float
     high: float
@@ -75,8 +86,11 @@ class Interval:
     level: float = LEVEL
     seed: int = SEED
     widened: bool = False
+    method: str = METHOD
 
     def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"interval method {self.method!r} is not one of {METHODS}")
         if self.unit not in UNITS:
             raise ValueError(f"resampling unit {self.unit!r} is not one of {UNITS}")
         if not (self.low <= self.high):        # also refuses NaN bounds
@@ -92,9 +106,10 @@ class Interval:
 
     @property
     def is_range(self) -> bool:
-        """Too few units for an interval at its level: a range of the resamples
-        (:data:`~normlimits.core.markup.RANGE_BELOW`)."""
-        return self.n < RANGE_BELOW
+        """Too few units for a percentile bootstrap at its level: a range of the resamples
+        (:data:`~normlimits.core.markup.RANGE_BELOW`). A Student t interval (:data:`T_METHOD`)
+        keeps its coverage at small n, so it is never a range."""
+        return self.n < RANGE_BELOW and self.method == METHOD
 
     def count_words(self) -> str:
         """The units it rests on, as shown beside it: ``8 windows``, ``range over 3 windows``."""
@@ -102,8 +117,36 @@ class Interval:
 
     def resampling(self) -> dict:
         """How the interval was computed, as a ledger row records it (``resampling``)."""
-        return {"method": METHOD, "unit": self.unit, "n": int(self.n),
+        return {"method": self.method, "unit": self.unit, "n": int(self.n),
                 "resamples": int(self.resamples), "level": float(self.level), "seed": int(self.seed)}
+
+
+def t_interval(values, *, unit: str = "seed", level: float = LEVEL, log: bool = False) -> Interval:
+    """The Student t interval of the mean of ``values`` [n] (one value per unit, n >= 2):
+    ``mean ± t_{(1+level)/2, n-1} · sd / sqrt(n)`` with the sample standard deviation (n - 1 in
+    the denominator). Its coverage is ``level`` for normally spread values at any n, where a
+    percentile bootstrap over 3 units is only their range. ``log``: the interval of the
+    geometric mean of positive values (the t interval of their logarithms, exponentiated).
+    ValueError for fewer than 2 values, NaN or infinite values, or (``log``) values <= 0."""
+    from scipy.stats import t as student_t
+
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1) (got {level})")
+    x = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+    if x.numel() < 2:
+        raise ValueError(f"a t interval needs at least 2 {unit}s (got {x.numel()})")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"t_interval got a non-finite value among {x.tolist()}: measure every {unit}")
+    if log:
+        if not bool((x > 0).all()):
+            raise ValueError(f"log=True needs positive values (got {x.tolist()})")
+        x = x.log()
+    n = x.numel()
+    half = float(student_t.ppf((1 + level) / 2, n - 1)) * float(x.std()) / math.sqrt(n)
+    low, high = float(x.mean()) - half, float(x.mean()) + half
+    if log:
+        low, high = math.exp(low), math.exp(high)
+    return Interval(low, high, n=n, unit=unit, resamples=0, level=float(level), seed=0, method=T_METHOD)
 
 
 def resample_indices(n: int, resamples: int = RESAMPLES, seed: int = SEED) -> Tensor:

@@ -69,6 +69,8 @@ __all__ = [
     "critical_scale",
     "sink_matching_logit",
     "YardstickVerdict",
+    "separability_support",
+    "separability_share",
     "yardstick_verdict",
     "VERDICT_MARKS",
     "summary_table",
@@ -204,7 +206,7 @@ JACOBIAN_STATISTICS = ("jacobian", "jacobian_max", "jacobian_selectivity", "refe
                        "reference_selectivity")
 WINDOW_STATISTICS = {"vanishing": ("max_weight", "entropy", "entropy_ratio", "mass", "support"),
                      "distance": ("distance", "expected", "top_n_mass"),
-                     "separability": ("separability",)}
+                     "separability": ("separability", "separability_support")}
 
 
 def check_window_yardsticks(yardsticks: Sequence[str]) -> None:
@@ -227,6 +229,8 @@ def measure_window(capture, normalizers: Sequence[str | Normalizer], config: Yar
     - ``distance``, ``expected`` [layers, heads, n]: mean over ``config.rows`` of ``d~_N`` and of
       the main term of its random-subset expectation; ``top_n_mass`` likewise;
     - ``separability`` [layers, heads, n]: mean over rows of ``N_s / N``;
+      ``separability_support`` [layers, heads, 1]: median over the same rows of the support (keys
+      with weight > 0), which caps ``N_s`` (``N_s <= |S|`` when ``|S| <= N``);
     - ``jacobian`` [nT, layers, heads]: mean over ``config.jacobian_rows`` of the spectral norm;
       ``jacobian_max`` [nT, layers, heads]: the largest over those rows;
       ``jacobian_selectivity`` [nT, layers, heads]: mean over those rows of the largest weight
@@ -269,6 +273,8 @@ def measure_window(capture, normalizers: Sequence[str | Normalizer], config: Yar
         if "separability" in yardsticks:
             sep = S.geometric_separability(w, sphere, list(config.n_grid), rows=rows)
             res["separability"] = torch.nanmean(sep.fraction.to(DTYPE), dim=-2)
+            support = ((w > 0) & torch.isfinite(logits_r)).sum(-1).to(DTYPE)          # [l,h,R]
+            res["separability_support"] = support.median(-1, keepdim=True).values
         if gradient is True or (gradient and nz.key in gradient):
             norms = _norms_over_temperatures(nz, logits_j, config)                   # [nT,l,h,Rj]
             res["jacobian"] = norms.mean(-1)
@@ -540,7 +546,9 @@ def yardstick_verdict(results: "YardstickResults", key: str, reference: str = "s
     start = next((i for i, n in enumerate(grid) if n >= knee), len(grid))
     sep_k = results.curve(key, "separability")[start:]
     sep_r = results.curve(reference, "separability")[start:]
-    share_sep = float(((sep_k >= sep_r + margin).to(DTYPE)).mean()) if len(sep_k) else float("nan")
+    support = separability_support(results, key)
+    within = torch.tensor([n <= support for n in grid[start:]], dtype=torch.bool)
+    share_sep = separability_share(sep_k, sep_r, margin, within)
     dec = results.decoupling(key, reference)
     share_j = (float((dec["ratios"] <= factor).to(DTYPE).mean()) if dec["matched"] else float("nan"))
     sep_at = float(results.curve(key, "separability")[grid.index(knee)]) if knee in grid else float("nan")
@@ -553,7 +561,8 @@ def yardstick_verdict(results: "YardstickResults", key: str, reference: str = "s
         "distance": (f"critical $N$ = {crit_k:g}{cens} against softmax's {crit_r:g} "
                      f"(KS, $\\alpha$ = {alpha}; rows of {keys_mean:.0f} keys on average)"),
         "separability": (f"$N_s/N$ above softmax's by {margin} at {share_sep:.0%} of the grid's "
-                         f"$N \\ge {knee}$; at $N = {knee}$ {sep_at:.3f} against "
+                         f"$N \\ge {knee}$ {'within' if bool(within.any()) else 'and, none being within,'} "
+                         f"the median support of {support:g} keys; at $N = {knee}$ {sep_at:.3f} against "
                          f"{float(results.curve(reference, 'separability')[grid.index(knee)]) if knee in grid else float('nan'):.3f}"),
         "gradient": (f"Jacobian at equal selectivity {dec['geometric_mean']:.3f} of softmax's (geometric "
                      f"mean), at most {factor} of it at {int((dec['ratios'] <= factor).sum())} of "
@@ -566,9 +575,27 @@ def yardstick_verdict(results: "YardstickResults", key: str, reference: str = "s
                            "its selectivity never falls inside softmax's range over the temperature grid")}
     values = {"vanishing": {"exponent": exp_k, "gain": exp_k - exp_r},
               "distance": {"later": later},
-              "separability": {"every": share_sep, "some": share_sep},
+              "separability": {"support": support, "every": share_sep, "some": share_sep},
               "gradient": {"every": share_j, "some": share_j}}
     return YardstickVerdict(key, values, measured, reason, numbers)
+
+
+def separability_support(results: "YardstickResults", key: str) -> float:
+    """The median over heads of the support of ``key``'s separability rows (each head's median
+    over the rows, averaged over the windows): the largest N at which its N_s/N can be compared
+    with softmax's, since N_s <= |S| when the support |S| <= N (the alternatives chapter's
+    proposition on sparse normalisers)."""
+    return float(results.head_values(key, "separability_support")[:, 0].nanmedian())
+
+
+def separability_share(sep_k: Tensor, sep_r: Tensor, margin: float, within: Tensor) -> float:
+    """The share of the compared N where ``sep_k`` (N_s/N) beats ``sep_r`` by ``margin``: over the
+    N ``within`` the support when there is one, else over every N given (the scope criterion then
+    fails and the share is shown, not graded); NaN for no N. Tensors [n], ``within`` bool [n]."""
+    if not len(sep_k):
+        return float("nan")
+    beats = (sep_k >= sep_r + margin).to(DTYPE)
+    return float(beats[within].mean() if bool(within.any()) else beats.mean())
 
 
 #: how the summary table marks a verdict (presentation only; verdicts come from the ledger rows)

@@ -14,8 +14,10 @@ statistic, batched log-log fits, one sort for every KS test):
   grid, :func:`normlimits.metrics.critical_n.resampled_critical_n`); a resample on which the
   reference has no critical N cannot grade it and is left out (NaN), as the whole sample's value
   would be;
-- separability: the share of the grid's N >= knee where the normaliser's N_s/N (mean over heads
-  of the mean over windows) beats the reference's by the margin;
+- separability: the median over heads of the rows' median support (keys with weight > 0; each
+  head's mean over the drawn windows), and the share of the grid's N >= knee within it (all of
+  them when none is) where the normaliser's N_s/N (mean over heads of the mean over windows)
+  beats the reference's by the margin;
 - gradient: the share of matched temperatures with a Jacobian norm at most ``factor`` of the
   reference's at equal selectivity. This yardstick runs on the first ``jacobian_windows`` windows
   only (it is the costly one), so its resampling unit is those windows; with one there is no
@@ -48,7 +50,7 @@ from normlimits.experiments.alternatives import (JACOBIAN_STATISTICS, WINDOW_YAR
                                                  check_window_yardsticks)
 
 __all__ = ["JACOBIAN_STATISTICS", "WINDOW_YARDSTICKS", "yardstick_window_values", "yardstick_intervals",
-           "window_criteria", "largest_weight_interval", "interval_sentence"]
+           "window_criteria", "gamma_criteria", "interval_sentence"]
 
 
 def _head_curves(results, key: str, name: str, counts: Tensor) -> Tensor:
@@ -76,6 +78,20 @@ def _separability(results, key: str, counts: Tensor) -> Tensor:
     return _head_curves(results, key, "separability", counts).nanmean(1)
 
 
+def _separability_share(sep_k: Tensor, sep_r: Tensor, margin: float, ns: Sequence[int],
+                        support: Tensor) -> Tensor:
+    """[r]: per resample the share of ``ns`` (the grid's N >= knee) where ``sep_k`` [r, n] beats
+    ``sep_r`` [r, n] by ``margin``, over the N within the resample's median ``support`` [r] when
+    there is one, else over every N (:func:`normlimits.experiments.alternatives.separability_share`
+    for all resamples at once); NaN for no N."""
+    if not sep_k.shape[-1]:
+        return torch.full((sep_k.shape[0],), math.nan, dtype=torch.float64)
+    beats = (sep_k >= sep_r + margin).to(torch.float64)
+    within = torch.tensor(list(ns), dtype=torch.float64)[None, :] <= support[:, None]      # [r, n]
+    within = torch.where(within.any(-1, keepdim=True), within, torch.ones_like(within))
+    return (beats * within).sum(-1) / within.sum(-1)
+
+
 def yardstick_window_values(results, keys: Sequence[str], counts: Tensor, reference: str = "softmax", *,
                             alpha: float = 0.01, margin: float = 0.02, knee: int = 16,
                             yardsticks: Sequence[str] = WINDOW_YARDSTICKS) -> dict:
@@ -101,8 +117,9 @@ def yardstick_window_values(results, keys: Sequence[str], counts: Tensor, refere
             out[(key, "distance", "later")] = np.log2(crit_k / crit_r)
         if sep_r is not None:
             sep_k = _separability(results, key, counts)[:, start:]
-            share = ((sep_k >= sep_r + margin).to(torch.float64).mean(-1) if sep_k.shape[-1]
-                     else torch.full((counts.shape[0],), math.nan, dtype=torch.float64))
+            support = _head_curves(results, key, "separability_support", counts)[..., 0].nanmedian(-1).values
+            out[(key, "separability", "support")] = support.numpy()
+            share = _separability_share(sep_k, sep_r, margin, grid[start:], support)
             out[(key, "separability", "every")] = share.numpy()
             out[(key, "separability", "some")] = share.numpy()
     return out
@@ -192,19 +209,33 @@ def yardstick_intervals(results, verdicts: dict, reference: str = "softmax", *, 
     return out
 
 
-def largest_weight_interval(results, key: str, estimate: float, *, resamples: int = RESAMPLES,
-                            seed: int = SEED) -> Interval | None:
-    """The interval over the windows of ``YardstickResults.curve(key, "max_weight")[-1]`` (the mean
-    over heads of the mean largest weight at the longest L), widened to ``estimate``; None with
-    fewer than 2 windows."""
-    if results.windows < 2:
-        return None
+def gamma_criteria(results, below: str, above: str) -> tuple[dict, dict]:
+    """ALT-gamma's criteria from the vanishing yardstick of SSMax at half (``below``) and twice
+    (``above``) the critical scale, measured on W windows (``results.stats[key]["max_weight"]``
+    [W, layers, heads, G] over ``results.config.lengths``), with Student t intervals over the
+    windows (the claim is asymptotic: the levels at the longest L and the trends over L together).
 
-    def values_of(counts: Tensor) -> dict:
-        return {"top": _head_curves(results, key, "max_weight", counts)[..., -1].nanmean(-1).numpy()}
+    Per window the mean over heads of the largest weight at each L, [W, G]; then:
+    ``below`` / ``above``: its value at the longest L (mean over windows: the number the sweep
+    table shows for all windows); ``falls``: the fitted exponent against L of that curve at
+    ``below`` (negative: the rows move toward uniform as L grows); ``rises``: the fitted exponent
+    of one minus that curve at ``above`` (negative: toward one key). Values are means over the
+    windows of the per-window numbers (NaN where a window's number is), intervals
+    (:func:`normlimits.core.bootstrap.t_interval`, unit window) given for finite criteria with
+    W >= 2. Returns ``(values, intervals)``."""
+    lengths = list(results.config.lengths)
 
-    return B.bootstrap_counts(results.windows, values_of, {"top": estimate},
-                              resamples=resamples, seed=seed)["top"]
+    def curves(key: str) -> Tensor:                                            # [W, G]
+        weights = results.stats[key]["max_weight"].to(torch.float64)
+        return weights.reshape(weights.shape[0], -1, weights.shape[-1]).nanmean(1)
+
+    low, high = curves(below), curves(above)
+    series = {"below": low[:, -1], "above": high[:, -1],
+              "falls": loglog_fit(lengths, low).exponent, "rises": loglog_fit(lengths, 1 - high).exponent}
+    values = {k: float(v.mean()) for k, v in series.items()}
+    intervals = {k: B.t_interval(v, unit="window") for k, v in series.items()
+                 if v.numel() >= 2 and bool(torch.isfinite(v).all())}
+    return values, intervals
 
 
 def interval_sentence(intervals: dict, windows: int, jacobian_windows: int) -> str:

@@ -9,7 +9,8 @@ loss and the gradient norms of the attention parameters (``W_Q``, ``W_K``, ``W_V
 and ``W_O``), and every few steps attention statistics on a fixed probe batch
 (entropy, largest weight, the Jacobian spectral norm at the model's own T, the logit spread). It
 reuses the stand-in's training loop, :func:`normlimits.model.standin.train_language_model`.
-:func:`summarise_study` compares temperatures in units of the seed spread.
+:func:`summarise_study` pairs the seeds across temperatures; :func:`summary_intervals` gives the
+Student t intervals over them that TR is graded with.
 
 Temperature enters exactly where GPT-2 applies its ``1/sqrt(d_head)``: every attention module's
 ``scaling`` attribute (which GPT-2 passes to whichever attention kernel runs, eager or sdpa) is
@@ -439,11 +440,15 @@ class StudySummary:
     ``table``: one row per temperature (mean, min, max and range over seeds of the held-out bits
     per byte; median query/key gradient ratio to T = ``base``; final raw logit spread);
     ``spread``: the seed spread, the larger range over seeds at ``low`` and at ``base``;
-    ``difference``: mean held-out bits at ``low`` minus at ``base``; ``in_spreads``: that
-    difference over the spread; ``gradient_ratio``: median over seeds of the ratio of the median
-    per-step query/key gradient norms at ``low`` and ``base`` (same seed); ``largest_range``: the
-    largest seed range at any temperature; ``learned``: the bigram baseline's held-out bits minus
-    the mean at ``base`` (how far the budget trained the stock model past the bigram plateau).
+    ``differences``: per seed that ran at both temperatures (paired: a seed fixes the initial
+    weights and the batches), held-out bits at ``low`` minus at ``base``; ``difference``: their
+    mean (the mean at ``low`` minus the mean at ``base`` when every seed ran at both);
+    ``in_spreads``: that difference over the spread (descriptive); ``ratios``: per paired seed,
+    the ratio of the median per-step query/key gradient norms at ``low`` and ``base``;
+    ``gradient_ratio``: their geometric mean; ``largest_range``: the largest seed range at any
+    temperature; ``learned``: the bigram baseline's held-out bits minus the mean at ``base`` (how
+    far the budget trained the stock model past the bigram plateau); ``base_bits``: the
+    held-out bits at ``base`` of the paired seeds.
     """
 
     table: object
@@ -455,6 +460,9 @@ class StudySummary:
     gradient_ratio: float
     largest_range: float
     learned: float
+    differences: tuple[float, ...] = ()
+    ratios: tuple[float, ...] = ()
+    base_bits: tuple[float, ...] = ()
 
 
 def _gradient_ratio(run: TemperatureRun, base: TemperatureRun) -> float:
@@ -470,7 +478,8 @@ def _in_spreads(difference: float, spread: float) -> float:
 
 
 def summarise_study(study: TemperatureStudy, low: float | None = None, base: float = 1.0) -> StudySummary:
-    """Seed-aware comparison of the lowest temperature (or ``low``) with ``base`` (T = 1)."""
+    """Seed-aware comparison of the lowest temperature (or ``low``) with ``base`` (T = 1): the
+    table per temperature, and the paired per-seed differences and gradient ratios TR grades."""
     import numpy as np
     import pandas as pd
 
@@ -489,68 +498,107 @@ def summarise_study(study: TemperatureStudy, low: float | None = None, base: flo
                      "raw logit spread": float(np.mean([r.probe["logit_std"][-1] * t for r in runs]))})
     table = pd.DataFrame(rows).set_index("T")
     spread = float(max(table.loc[low, "seed range"], table.loc[base, "seed range"]))
-    difference = float(table.loc[low, "held-out bits (mean)"] - table.loc[base, "held-out bits (mean)"])
+    low_runs = {r.seed: r for r in study.at(low)}
+    paired = sorted(set(low_runs) & set(base_runs))
+    differences = tuple(float(low_runs[s].held_out_bits - base_runs[s].held_out_bits) for s in paired)
+    ratios = tuple(_gradient_ratio(low_runs[s], base_runs[s]) for s in paired)
+    difference = (float(np.mean(differences)) if differences else
+                  float(table.loc[low, "held-out bits (mean)"] - table.loc[base, "held-out bits (mean)"]))
     return StudySummary(table=table, low=low, base=base, spread=spread, difference=difference,
                         in_spreads=_in_spreads(difference, spread),
-                        gradient_ratio=float(table.loc[low, "qk-gradient ratio to T=1"]),
+                        gradient_ratio=(float(np.exp(np.mean(np.log(ratios)))) if ratios
+                                        else float("nan")),
                         largest_range=float(table["seed range"].max()),
-                        learned=float(study.runs[0].bigram_bits - table.loc[base, "held-out bits (mean)"]))
+                        learned=float(study.runs[0].bigram_bits - table.loc[base, "held-out bits (mean)"]),
+                        differences=differences, ratios=ratios,
+                        base_bits=tuple(float(base_runs[s].held_out_bits) for s in paired))
 
 
-def summary_intervals(study: TemperatureStudy, summary: StudySummary, **bootstrap_settings) -> dict:
-    """Bootstrap intervals over the seeds of the TR criteria (key -> Interval, unit ``seed``).
+def summary_intervals(study: TemperatureStudy, summary: StudySummary, *, level: float | None = None) -> dict:
+    """Student t intervals over the seeds of the TR criteria (key -> Interval, unit ``seed``,
+    :data:`normlimits.core.bootstrap.T_METHOD`).
 
     A seed fixes the initial weights and the batches at every temperature, so the seeds are
-    paired: a resample draws seeds (with repeats) and keeps both temperatures' runs of each.
-    Per resample: ``harder`` and ``easier``, the difference of the mean held-out bits at
-    ``summary.low`` and ``summary.base`` over the drawn seeds, in units of ``summary.spread`` (the
-    spread is the rule's yardstick, fixed from all seeds: a resample that draws one seed three
-    times has no spread of its own); ``gradients``, the median over the drawn seeds of their
-    query/key gradient ratios; ``learned``, the bigram baseline minus the mean at ``base``.
-    Few seeds give few distinct resamples (3 seeds: 10), so the interval is close to the range of
-    the seeds' own values. Empty when fewer than two seeds ran at both temperatures.
-    ``bootstrap_settings`` go to :func:`normlimits.core.bootstrap.bootstrap_values`."""
+    paired, and each criterion is a mean over them: ``harder`` and ``easier``, the mean paired
+    difference of held-out bits (``summary.differences``); ``gradients``, the geometric mean of
+    the paired gradient ratios (t interval of their logarithms); ``learned``, the bigram baseline
+    minus the held-out bits at ``base``. With 3 seeds a percentile bootstrap can only recombine
+    them (10 distinct resamples: little more than their range, not a 95% interval); the t
+    interval's coverage holds at n = 3 for differences spread about normally, at the price of
+    t = 4.30 standard errors (2 degrees of freedom). Empty when fewer than two seeds ran at both
+    temperatures. ``level`` defaults to :data:`normlimits.core.bootstrap.LEVEL`."""
+    from normlimits.core import bootstrap as B
+
+    if len(summary.differences) < 2:
+        return {}
+    options = dict(unit="seed", level=B.LEVEL if level is None else level)
+    bigram = study.runs[0].bigram_bits
+    difference = B.t_interval(summary.differences, **options)
+    return {"harder": difference, "easier": difference,
+            "gradients": B.t_interval(summary.ratios, log=True, **options),
+            "learned": B.t_interval([bigram - b for b in summary.base_bits], **options)}
+
+
+def seeds_to_decide(differences, level: float | None = None, most: int = 100_000) -> int | None:
+    """Roughly how many paired seeds would put the t interval of the mean difference clear of 0,
+    were the mean and standard deviation of ``differences`` what they are now: the smallest
+    ``n >= 2`` with ``t_{(1+level)/2, n-1} sd / sqrt(n) < |mean|``. ``len(differences)`` when
+    they already decide it; None when the mean is 0 or more than ``most`` seeds would be needed.
+    ValueError for fewer than 2 differences."""
     import numpy as np
+    from scipy.stats import t as student_t
 
     from normlimits.core import bootstrap as B
 
-    low = {r.seed: r for r in study.at(summary.low)}
-    base = {r.seed: r for r in study.at(summary.base)}
-    seeds = sorted(set(low) & set(base))
-    if len(seeds) < 2:
-        return {}
-    low_bits = np.array([low[s].held_out_bits for s in seeds])
-    base_bits = np.array([base[s].held_out_bits for s in seeds])
-    ratios = np.array([_gradient_ratio(low[s], base[s]) for s in seeds])
-    bigram = study.runs[0].bigram_bits
+    x = np.asarray(differences, dtype=float)
+    if x.size < 2:
+        raise ValueError(f"seeds_to_decide needs at least 2 paired differences (got {x.size})")
+    level = B.LEVEL if level is None else level
+    mean, sd = abs(float(x.mean())), float(x.std(ddof=1))
+    if mean == 0:
+        return None
+    if sd == 0:
+        return int(x.size)
 
-    def values_of(drawn):
-        in_spreads = _in_spreads(float(low_bits[drawn].mean() - base_bits[drawn].mean()), summary.spread)
-        return {"harder": in_spreads, "easier": in_spreads, "gradients": float(np.median(ratios[drawn])),
-                "learned": float(bigram - base_bits[drawn].mean())}
+    def decides(n: int) -> bool:
+        return float(student_t.ppf((1 + level) / 2, n - 1)) * sd / math.sqrt(n) < mean
 
-    settings = dict(bootstrap_settings)
-    settings.setdefault("exchangeable", True)
-    return B.bootstrap_values(len(seeds), values_of, ("harder", "easier", "gradients", "learned"),
-                              unit="seed", **settings)
+    if decides(x.size):
+        return int(x.size)
+    if not decides(most):
+        return None
+    lo, hi = x.size, most                     # decides(hi), not decides(lo): bisect
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if decides(mid) else (mid, hi)
+    return hi
 
 
-def interval_sentence(summary: StudySummary, intervals: dict) -> str:
-    """The chapter's sentence on TR's intervals over seeds (:func:`summary_intervals`), or why
-    there are none."""
+def interval_sentence(summary: StudySummary, intervals: dict, seconds_per_run: float | None = None) -> str:
+    """The chapter's sentence on TR's intervals over seeds (:func:`summary_intervals`), with how
+    many seeds would decide the sign of the difference and, given ``seconds_per_run``, what they
+    would cost to train (both temperatures); or why there are none."""
     if not intervals:
         return ("With a single seed at both temperatures there is nothing to resample: TR is graded "
                 "on its values and carries no interval.")
     from normlimits.core.bootstrap import level_words
 
     harder, gradients, learned = intervals["harder"], intervals["gradients"], intervals["learned"]
-    return (f"Resampling the {harder.n} seeds ({harder.resamples:,} bootstrap resamples, each seed "
-            f"with its runs at both temperatures) gives {level_words(harder)}: the difference "
-            f"{summary.in_spreads:+.2f} [{harder.low:+.2f}, {harder.high:+.2f}] seed spreads, the "
-            f"gradient ratio {summary.gradient_ratio:.2f} [{gradients.low:.2f}, {gradients.high:.2f}], "
-            f"the gap to the bigram baseline {summary.learned:.3f} [{learned.low:.3f}, "
-            f"{learned.high:.3f}] bits. With {harder.n} seeds a resample can only repeat them, so "
-            f"these intervals are little more than the range of the seeds' own values.")
+    n = harder.n
+    text = (f"Over the {n} seeds, paired across temperatures, {harder.level:.0%} Student t intervals "
+            f"({n - 1} degrees of freedom, {n} seeds each) give: the difference {summary.difference:+.3f} "
+            f"[{harder.low:+.3f}, {harder.high:+.3f}] bits per byte, the gradient ratio "
+            f"{summary.gradient_ratio:.2f} [{gradients.low:.2f}, {gradients.high:.2f}] (geometric mean), "
+            f"the gap to the bigram baseline {summary.learned:.3f} [{learned.low:.3f}, {learned.high:.3f}] bits.")
+    needed = seeds_to_decide(summary.differences, harder.level)
+    if needed is None:
+        return text + " No number of seeds would decide the sign of a mean difference of zero."
+    if needed <= n:
+        return text + f" The {n} seeds decide the sign of the difference."
+    cost = (f", about {needed * 2 * seconds_per_run / 3600:.1f} hours of training for both temperatures "
+            f"at this study's pace" if seconds_per_run else "")
+    return (text + f" To decide its sign, were the differences' mean and spread to stay as they are, "
+            f"would take about {needed:,} seeds{cost}.")
 
 
 def running_mean(values, window: int = 25) -> list[float]:

@@ -202,7 +202,10 @@ class RowStatistics:
     ``paper_upper_slack`` = log(upper) - log(max weight), ``paper_lower_slack`` =
     log(min weight) - log(lower), and the same for ``sharp_*`` (nats; >= 0 when the bound holds);
     ``entropy_slack`` = entropy - entropy_floor (nats, >= 0 when the floor holds);
-    ``tolerance`` [..., G]: the round-off allowance (nats) used for every comparison.
+    ``tolerance`` [..., G]: the round-off allowance (nats) used for every comparison;
+    ``max_weight_rest`` [..., G]: the largest weight of the row with key 0 removed and the rest
+    renormalised (softmax over keys 1..L-1; NaN for L = 1): how the row looks without a
+    first-token sink.
     """
 
     lengths: Tensor
@@ -223,6 +226,7 @@ class RowStatistics:
     sharp_lower_slack: Tensor
     entropy_slack: Tensor
     tolerance: Tensor
+    max_weight_rest: Tensor
 
     @property
     def keys(self) -> Tensor:
@@ -287,6 +291,10 @@ def row_statistics(logits: Tensor, delta: Tensor, lengths, temperature: float = 
     kd = delta.unsqueeze(-1).expand_as(logits) if key_delta is None else key_delta.to(DTYPE)
     lit_lo, lit_hi = paper_log_bounds(kd, grid.unsqueeze(-1), t)
     lit_bad = ((log_w > lit_hi + tol.unsqueeze(-1)) | (log_w < lit_lo - tol.unsqueeze(-1)))
+    max_rest = torch.full_like(log_max, float("nan"))                # key 0 removed, renormalised
+    if logits.shape[-1] > 1:
+        rest = torch.log_softmax(logits[..., 1:] / t, dim=-1).amax(dim=-1).exp()
+        max_rest = torch.where(grid > 1, rest, max_rest)
     return RowStatistics(
         lengths=grid,
         temperature=t,
@@ -306,6 +314,7 @@ def row_statistics(logits: Tensor, delta: Tensor, lengths, temperature: float = 
         sharp_lower_slack=log_min - s_lo,
         entropy_slack=entropy - entropy_floor(delta, grid, t),
         tolerance=tol.expand_as(delta),
+        max_weight_rest=max_rest,
     )
 
 
@@ -472,7 +481,9 @@ def head_summary(stats: RowStatistics, sink_exponent: float = -0.5):
     """One row per (layer, head) from window-stacked statistics [W, layers, heads, G].
 
     Columns: ``layer``, ``head``, ``exponent`` (fit of the windows' geometric-mean max weight
-    against L), ``max_weight_first`` / ``max_weight_last`` (mean max weight at the smallest and
+    against L), ``exponent_rest`` (the same fit for the largest weight with key 0 removed and the
+    row renormalised, ``RowStatistics.max_weight_rest``: is a first-token sink what keeps the
+    weight up?), ``max_weight_first`` / ``max_weight_last`` (mean max weight at the smallest and
     largest L), ``entropy_ratio_last`` (mean entropy / log L at the largest L),
     ``first_key_weight_last`` (mean weight on key 0 at the largest L), ``argmax_first_key``
     (fraction of rows, over windows and L, whose largest weight is on key 0),
@@ -498,6 +509,8 @@ def head_summary(stats: RowStatistics, sink_exponent: float = -0.5):
         "layer": lay.reshape(-1).numpy(),
         "head": hd.reshape(-1).numpy(),
         "exponent": exponent.reshape(-1).numpy(),
+        "exponent_rest": loglog_fit(stats.lengths, stats.max_weight_rest.log().mean(0).exp())
+                         .exponent.reshape(-1).numpy(),
         "max_weight_first": stats.max_weight[..., 0].mean(0).reshape(-1).numpy(),
         "max_weight_last": stats.max_weight[..., -1].mean(0).reshape(-1).numpy(),
         "entropy_ratio_last": (stats.entropy[..., -1] / math.log(int(last))).mean(0).reshape(-1).numpy(),
