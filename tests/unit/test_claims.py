@@ -186,7 +186,7 @@ def test_alternatives_claims_are_generated_per_normaliser_and_yardstick():
     assert claims.claim("ALT-ssmax-distance").rule.grade({"later": 1.0}) == "confirmed"
     assert claims.claim("ALT-ssmax-distance").rule.grade({"later": 0.0}) == "refuted"
     sep = claims.claim("ALT-ssmax-separability").rule
-    assert [sep.grade({"every": s, "some": s}) for s in (1.0, 0.4, 0.0)] == ["confirmed", "corrected", "refuted"]
+    assert [sep.grade({"every": s, "some": s, "support": 64}) for s in (1.0, 0.4, 0.0)] == ["confirmed", "corrected", "refuted"]
     assert claims.claim("ALT-ssmax-gradient").rule.grade({"every": math.nan, "some": math.nan}) == "not testable"
     assert "guideline 3" in claims.claim("ALT-sparsemax-gradient").paper
     assert "book's question" in claims.claim("ALT-softpick-gradient").paper
@@ -436,3 +436,17 @@ def test_the_architectures_survey_labels_its_rows_as_another_protocol():
     row = claims.make_row("EPS", {"ordered": 0.5, "extremes": 0.95}, "x", chapter="architectures",
                           model="m", variant="m", sensitivity=one, unresampled="one window")
     assert row["sensitivity"] == one
+
+
+def test_a_bare_any_speaks_of_the_claims_criteria_not_of_its_scope():
+    """A passing scope criterion alone never satisfies a bare ``any`` (issue 47: MON's
+    'corrected' would otherwise follow from its checkpoint count)."""
+    rule = Rule(criteria=(Criterion("checkpoints", "checkpoints measured", ">=", 2, kind="scope"),
+                          Criterion("rank", "rank correlation", ">=", 0.5),
+                          Criterion("band", "share in band", ">=", 0.5)),
+                outcomes=(("all", "confirmed"), ("any", "corrected"), ("else", "refuted")),
+                headline="rank", text="t")
+    assert rule.grade({"checkpoints": 3, "rank": 0.0, "band": 0.0}) == "refuted"
+    assert rule.grade({"checkpoints": 3, "rank": 0.9, "band": 0.0}) == "corrected"
+    assert rule.grade({"checkpoints": 3, "rank": 0.9, "band": 0.9}) == "confirmed"
+    assert rule.grade({"checkpoints": 1, "rank": 0.9, "band": 0.9}) == "not testable"

@@ -48,7 +48,7 @@ def ledger_rows():
         graded("MHP", {"rate_ratio": 0.3, "dependence": 0.2}, REAL),                       # refuted
         graded("MH", {"gap": 0.1, "bernoulli": 0.0, "jensen": 0.0, "arithmetic": 0.992}, REAL),
         graded("C1S", {"outside": 0.0}, REAL),
-        graded("ALT-gamma", {"below": 0.01, "above": 0.99}, REAL),
+        graded("ALT-gamma", {"below": 0.01, "above": 0.99, "falls": -0.5, "rises": -0.5}, REAL),
     ]
 
 

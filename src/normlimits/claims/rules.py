@@ -252,7 +252,10 @@ class Rule:
         return results
 
     def _first_outcome(self, results: Mapping[str, bool]) -> str:
-        keys = [c.key for c in self.criteria]
+        """The verdict of the first outcome whose condition holds. A bare ``all`` / ``any`` speaks
+        of the claim's own criteria, not of its scope criteria, which are decided before any
+        outcome (:meth:`_verdict`): a passing scope criterion alone never satisfies ``any``."""
+        keys = [c.key for c in self.criteria if c.kind != "scope"]
         for condition, verdict in self.outcomes:
             word, names = self._parse(condition, keys)
             got = [results[n] for n in names]
