@@ -158,7 +158,7 @@ def _inspected_before(path: Path) -> GGUFInfo | None:
             return None
         return GGUFInfo(path=path, architecture=str(report["architecture"]),
                         quantisation=tuple(report["quantisation"]), n_tensors=int(report["n_tensors"]),
-                        sha256=sha, name=str(report["name"]))
+                        sha256=sha, name=str(report["name"]), n_values=int(report["n_values"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None          # no conversion yet, an older report, or a damaged one: read the header
 
@@ -282,7 +282,7 @@ def convert_gguf(info: GGUFInfo, directory: Path, named: str | None = None) -> P
         files = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         report = {"gguf_file": info.path.name, "gguf_sha256": info.sha256, "name": info.name,
                   "architecture": info.architecture, "quantisation": list(info.quantisation),
-                  "n_tensors": info.n_tensors,
+                  "n_tensors": info.n_tensors, "n_values": info.n_values,
                   "key": conversion_key(info), "files": files}
         (tmp / REPORT_FILE).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
 
