@@ -133,11 +133,15 @@ def test_record_grades_by_the_registered_rule_and_upserts(tmp_path, monkeypatch)
                            "2% of weights break the literal reading", glue=False)
     assert graded.verdict == "corrected"
     assert "<code>literal_outside</code>" in graded._repr_html_()
-    claims.record(_Ctx(), "C1", {"literal_outside": 0.0, "literal_example": 2, "maxkey_outside": 0.1},
-                  "the max-key bound broken", glue=False)
+    claims.record(_Ctx(), "C1", {"literal_outside": 0.0, "literal_example": 2, "maxkey_outside": 0.0},
+                  "the literal bound holds on the model", glue=False)
+    with pytest.raises(claims.rules.ProvenStatementError, match="maxkey_outside"):
+        claims.record(_Ctx(), "C1", {"literal_outside": 0.0, "literal_example": 2, "maxkey_outside": 0.1},
+                      "the max-key bound broken: a bug, not a verdict", glue=False)
     claims.record(_Ctx(), "L1", {"outside": 0, "exponent": -1.0}, "m", glue=False)
     rows = json.loads((tmp_path / "vanishing.json").read_text())
-    assert [(r["id"], r["verdict"]) for r in rows] == [("C1", "refuted"), ("L1", "confirmed")]
+    assert [(r["id"], r["verdict"], r["value"]) for r in rows] == [("C1", "corrected", 0.0),
+                                                                   ("L1", "confirmed", 0.0)]
     collected = claims.collect(tmp_path, ["vanishing"])
     assert [r["id"] for r in collected] == ["L1", "C1"], "registry order"
     assert claims.missing_claims(collected, ["vanishing"]) == ["vanishing:C1S", "vanishing:NU",
@@ -186,7 +190,7 @@ def test_alternatives_claims_are_generated_per_normaliser_and_yardstick():
     assert claims.claim("ALT-ssmax-distance").rule.grade({"later": 1.0}) == "confirmed"
     assert claims.claim("ALT-ssmax-distance").rule.grade({"later": 0.0}) == "refuted"
     sep = claims.claim("ALT-ssmax-separability").rule
-    assert [sep.grade({"every": s, "some": s, "support": 64}) for s in (1.0, 0.4, 0.0)] == ["confirmed", "corrected", "refuted"]
+    assert [sep.grade({"every": s, "some": s, "support": 64}) for s in (1.0, 0.4, 0.0)] == ["confirmed", "partial", "refuted"]
     assert claims.claim("ALT-ssmax-gradient").rule.grade({"every": math.nan, "some": math.nan}) == "not testable"
     assert "guideline 3" in claims.claim("ALT-sparsemax-gradient").paper
     assert "book's question" in claims.claim("ALT-softpick-gradient").paper
@@ -266,6 +270,35 @@ def test_a_failed_scope_criterion_makes_the_verdict_not_testable_whatever_the_ou
     assert rule.possible_verdicts(values, {"regime": (0.4, 0.7)}) == {"refuted", "not testable"}
     assert rule.grade(values, {"regime": (0.51, 0.7)}) == "refuted"
     assert rule.grade(values, {"regime": (0.1, 0.3)}) == "not testable"
+
+
+def test_a_broken_proven_criterion_stops_grading_instead_of_refuting():
+    """Issue 47 item 2: a statement the book proves is a check on the implementation. Its breach
+    raises, naming the criterion; it never turns into a verdict, and it takes no interval."""
+    rule = Rule(criteria=(Criterion("bound", "largest ratio to the proven bound", "<=", 1.0,
+                                    kind="proven"),
+                          Criterion("level", "plateau level", "between", (0.7, 0.85))),
+                outcomes=(("all", "confirmed"), ("else", "partial")), headline="level",
+                text="confirmed when the level is in the band")
+    assert rule.grade({"bound": 0.99, "level": 0.8}) == "confirmed"
+    assert rule.grade({"bound": 0.99, "level": 0.5}) == "partial"
+    assert rule.grade({"bound": None, "level": 0.5}) == "not testable"
+    with pytest.raises(claims.rules.ProvenStatementError, match=r"'bound' .*= 1\.5 breaks <= 1\.0"):
+        rule.grade({"bound": 1.5, "level": 0.8})
+    with pytest.raises(claims.rules.ProvenStatementError):
+        rule.to_row({"bound": 1.5, "level": 0.8})
+    with pytest.raises(ValueError, match="takes no interval"):
+        rule.grade({"bound": 0.9, "level": 0.8}, {"bound": (0.8, 1.0)})
+
+
+@pytest.mark.parametrize("claim_id, key", [("T1a", "worst_model"), ("L1", "outside"),
+                                           ("C1S", "outside"), ("C1", "maxkey_outside"),
+                                           ("L2", "bound_holds"), ("C3", "corrected_constant"),
+                                           ("T2", "proven_violations")])
+def test_the_registry_marks_the_books_proven_statements_as_proven(claim_id, key):
+    """Each statement its chapter proves is a ``proven`` criterion, so no row is refuted by it."""
+    rule = claims.REGISTRY[claim_id].rule
+    assert next(c for c in rule.criteria if c.key == key).kind == "proven"
 
 
 def test_a_row_out_of_scope_says_why_from_its_scope_criterion(monkeypatch):
@@ -398,7 +431,8 @@ def test_the_literal_corollary_1_is_never_confirmed_on_any_model():
     rule = claims.claim("C1").rule
     values = {"literal_outside": 0.0, "literal_example": len(example.outside), "maxkey_outside": 0.0}
     assert rule.grade(values) == "corrected"
-    assert rule.grade({**values, "maxkey_outside": 1e-6}) == "refuted"
+    with pytest.raises(claims.rules.ProvenStatementError):     # C1S proves the max-key form
+        rule.grade({**values, "maxkey_outside": 1e-6})
 
 
 def test_a_sensitivity_row_never_disagrees_with_the_claims_own_row():

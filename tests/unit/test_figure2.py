@@ -77,7 +77,8 @@ def test_figure2_numbers_match_direct_computations(small_study):
 def test_the_proven_intervals_hold_on_a_study_and_every_cell_is_checked(small_study):
     _, study, _ = small_study
     m = study.means["scaled"]
-    assert F2.check_proven_intervals(m, study.lengths, study.n_grid.tolist()) == m.mc.numel()
+    assert F2.check_proven_intervals(m, study.lengths, study.n_grid.tolist()) == F2.ProvenCheck(
+        cells=m.mc.numel(), flagged=0, recheck_samples=0)
     assert all(not cells for cells in
                F2.proven_interval_breaches(m, study.lengths, study.n_grid.tolist()).values())
 
@@ -92,7 +93,8 @@ def test_a_planted_faulty_estimator_fails_the_build_naming_the_cell(small_study,
 
     def faulty(w, x, total, lens, grid, heavy, prob, keys, forms, generator):
         vals = honest(w, x, total, lens, grid, heavy, prob, keys, forms, generator)
-        vals["scaled"][1, :, grid == 5] *= 0.3        # the second (layer, head) of the block
+        # the second (layer, head) of the block; the recheck passes that head alone
+        vals["scaled"][1 if w.shape[0] > 1 else 0, :, grid == 5] *= 0.3
         return vals
 
     monkeypatch.setattr(R, "_stratified_draw", faulty)
@@ -102,6 +104,46 @@ def test_a_planted_faulty_estimator_fails_the_build_naming_the_cell(small_study,
     assert {(l, h, L, n) for l, h, L, n, *_ in cells["main <= E <= rms"]} == {(0, 1, 64, 5)}
     with pytest.raises(F2.ProvenBoundError, match=r"layer 0, head 1, L = 64, N = 5: E = "):
         F2.check_proven_intervals(study.means["scaled"], [64], [2, 5, 8])
+    # the recheck draws again with the same (faulty) estimator: the breach stays, and is named
+    spec = TM.StudySpec([2, 5, 8], samples=4, per_octave=8)
+    with pytest.raises(F2.ProvenBoundError, match=r"after a recheck.*layer 0, head 1, L = 64, N = 5"):
+        F2.check_proven_intervals(study.means["scaled"], [64], [2, 5, 8],
+                                  recheck=lambda cells: F2.recheck_cells(caps, spec, cells, samples=16))
+
+
+def test_a_cell_outside_by_chance_is_rechecked_and_passes(small_study):
+    """A cell the study's few replicates put outside [main, rms] (planted: E moved below main
+    with a tiny standard error, as a heavy tail does) is estimated again from many replicates on
+    the same rows; that estimate lies inside, so the check passes and counts the flagged cell."""
+    import dataclasses
+
+    caps, study, _ = small_study
+    m = study.means["scaled"]
+    spec = TM.StudySpec(study.n_grid.tolist(), samples=study.samples, mc_keys=study.mc_keys,
+                        per_octave=study.per_octave)
+    cell = (0, 1, study.lengths[-1], int(study.n_grid[1]))
+    again = F2.recheck_cells(caps, spec, [cell], samples=32)
+    e, se = again[0]
+    assert float(m.main[0, 1, -1, 1]) * (1 - 1e-6) <= e <= float(m.rms[0, 1, -1, 1]) * (1 + 1e-6)
+    assert abs(e - float(m.mc[0, 1, -1, 1])) <= 5 * math.hypot(se, float(m.mc_se[0, 1, -1, 1]))
+    mc, mse = m.mc.clone(), m.mc_se.clone()
+    mc[0, 1, -1, 1] = m.main[0, 1, -1, 1] * 0.9
+    mse[0, 1, -1, 1] = 1e-9
+    planted = dataclasses.replace(m, mc=mc, mc_se=mse)
+    with pytest.raises(F2.ProvenBoundError):
+        F2.check_proven_intervals(planted, study.lengths, study.n_grid.tolist())
+    seen = []
+
+    def recheck(cells):
+        seen.extend(cells)
+        return F2.recheck_cells(caps, spec, cells, samples=32)
+
+    got = F2.check_proven_intervals(planted, study.lengths, study.n_grid.tolist(), recheck=recheck)
+    assert seen == [cell] and got == F2.ProvenCheck(cells=mc.numel(), flagged=1,
+                                                    recheck_samples=F2.RECHECK_SAMPLES)
+    with pytest.raises(F2.ProvenBoundError, match="1 cells"):     # too many to recheck
+        F2.check_proven_intervals(planted, study.lengths, study.n_grid.tolist(), recheck=recheck,
+                                  recheck_limit=0)
 
 
 def test_the_check_allows_the_standard_errors_and_the_rounding():
@@ -180,4 +222,4 @@ def test_the_proven_interval_check_allows_rounding_of_float32_readings_only(smal
             with pytest.raises(F2.ProvenBoundError, match="layer 0, head 0"):
                 F2.check_proven_intervals(planted, study.lengths, study.n_grid.tolist())
         else:
-            assert F2.check_proven_intervals(planted, study.lengths, study.n_grid.tolist()) == mc.numel()
+            assert F2.check_proven_intervals(planted, study.lengths, study.n_grid.tolist()).cells == mc.numel()

@@ -29,7 +29,7 @@ assert replicas.is_replica(), "the child must know it is a replica"
 assert replicas.replicate(None) == [], "a replica never spawns replicas"
 if os.environ.get("TOY_FAIL"):
     raise RuntimeError("toy failure " + os.environ["TOY_FAIL"])
-claims.record("toy", "C1S", {"outside": float(os.environ["TOY_VALUE"])}, measured="toy value",
+claims.record("toy", "T1b", {"gap": float(os.environ["TOY_VALUE"])}, measured="toy value",
               model=os.environ["NORMLIMITS_MODEL"] + " (1.0M params)")
 if os.environ.get("TOY_STRAY"):
     claims.record("toy", "L1", {"outside": 0, "exponent": -1.0}, measured="stray", model="x")
@@ -76,7 +76,7 @@ def toy_book(tmp_path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TOY_VALUE", "0")
     ctx = SimpleNamespace(chapter="toy", loaded=SimpleNamespace(name="primary"))
-    claims.record("toy", "C1S", {"outside": 0.0}, measured="own value", model="primary (1.0M params)",
+    claims.record("toy", "T1b", {"gap": 0.0}, measured="own value", model="primary (1.0M params)",
                   glue=False)
     return tmp_path, ctx
 
@@ -92,14 +92,14 @@ def test_a_replica_replays_the_chapter_and_records_its_rows_as_variants(toy_book
     replayed = by_variant["other"]
     assert replayed["model"] == "other (1.0M params)" and replayed["chapter"] == "toy"
     assert replayed["criteria"][0]["value"] == 0.5
-    assert replayed["verdict"] == claims.claim("C1S").rule.grade({"outside": 0.5})
+    assert replayed["verdict"] == claims.claim("T1b").rule.grade({"gap": 0.5})
     assert replayed["verdict"] != by_variant[""]["verdict"], "the toy values must grade differently"
     ledger.validate_row(replayed)
     words = replicas.agreement_words(ledger.read_rows(root / "ledger" / "toy.json"), runs)
-    assert "on other, 0 of 1 verdicts are the same" in words and "C1S" in words
+    assert "on other, 0 of 1 verdicts are the same" in words and "T1b" in words
     frame = replicas.agreement_frame(ledger.read_rows(root / "ledger" / "toy.json"), runs)
     assert list(frame.columns) == ["primary", "other", "same verdict"]
-    assert frame.loc["C1S", "same verdict"] == "no"
+    assert frame.loc["T1b", "same verdict"] == "no"
 
 
 def test_a_failing_replica_fails_the_chapter_with_its_error(toy_book, monkeypatch):

@@ -40,7 +40,8 @@ def ledger_doc():
 def before_4_0(doc: dict) -> dict:
     """``doc`` as a writer before 4.0 wrote it: no ``claim_kind``, ``about`` or ``sensitivity``,
     and "corrected" where a rule's outcomes now name "partial" (the verdict 4.0 added), and the
-    criteria 4.0 calls scope criteria (NU's regime share, say) were measurements."""
+    criteria 4.0 calls scope criteria (NU's regime share, say) were measurements and those it calls
+    proven (T1a's bound, say) were checks."""
     old = copy.deepcopy(doc)
     old["rows"] = [row_before_4_0(row) for row in old["rows"]]
     for row in old["rows"]:
@@ -55,6 +56,8 @@ def row_before_4_0(row: dict) -> dict:
     for c in out["criteria"]:
         if c["kind"] == "scope":
             c["kind"] = "measurement"
+        elif c["kind"] == "proven":
+            c["kind"] = "check"
     return out
 
 
@@ -315,7 +318,8 @@ def test_3_0_adds_the_check_kind_and_the_reason_a_row_has_no_interval(ledger_doc
     assert "3.0" in schema.versions()
     checks = claims.make_row("C1", {"literal_outside": 0.0, "literal_example": 2, "maxkey_outside": 0.0}, "x",
                              chapter="vanishing", model="m")
-    assert {c["kind"] for c in checks["criteria"]} == {"check"} and "resampling" not in checks
+    assert {c["kind"] for c in row_before_4_0(checks)["criteria"]} == {"check"}
+    assert "resampling" not in checks
     new = {**copy.deepcopy(ledger_doc), "schema_version": "3.0", "rows": [row_before_4_0(checks)]}
     assert schema.problems(new, "ledger") == []
     assert any("kind" in p for p in schema.problems({**new, "schema_version": "2.1"}, "ledger"))
@@ -339,7 +343,7 @@ def test_3_0_adds_the_check_kind_and_the_reason_a_row_has_no_interval(ledger_doc
 
 
 def test_4_0_adds_partial_scope_and_whose_claim_it_is(ledger_doc):
-    """4.0 (issue 47): the verdict ``partial`` and the criterion kind ``scope`` (new values in
+    """4.0 (issue 47): the verdict ``partial`` and the criterion kinds ``scope`` and ``proven`` (new values in
     closed lists, hence a major version) and the optional row fields ``claim_kind``, ``about`` and
     ``sensitivity``; each refused by 3.0, and a 3.0 file stays valid under 3.0."""
     assert schema.SCHEMA_VERSION == "4.0" and "4.0" in schema.versions()
@@ -363,4 +367,10 @@ def test_4_0_adds_partial_scope_and_whose_claim_it_is(ledger_doc):
     kept = copy.deepcopy(doc)              # 4.0's row fields dropped, the scope kind kept
     kept["rows"] = [{k: v for k, v in row.items() if k not in ("claim_kind", "about", "sensitivity")}
                     for row in kept["rows"]]
+    assert any("kind" in p for p in schema.problems({**kept, "schema_version": "3.0"}, "ledger"))
+    doc = copy.deepcopy(ledger_doc)        # the proven kind (a breach stops the build) is 4.0's too
+    doc["rows"][0]["criteria"][0]["kind"] = "proven"
+    assert schema.problems(doc, "ledger") == []
+    kept["rows"] = [row_before_4_0(row) for row in doc["rows"]]
+    kept["rows"][0]["criteria"][0]["kind"] = "proven"
     assert any("kind" in p for p in schema.problems({**kept, "schema_version": "3.0"}, "ledger"))

@@ -105,10 +105,14 @@ def test_bottom_line_says_what_holds_on_which_model_from_the_rows():
 
 def test_bottom_line_changes_with_the_ledger():
     rows = ledger_rows()
-    rows[0] = graded("C1", {**C1_LITERAL, "literal_outside": 0.5, "maxkey_outside": 0.5}, REAL)   # refuted
+    # C1 can no longer be refuted (its max-key form is proven); L2 can, and be corrected elsewhere
+    rows[0] = graded("L2", {"bound_holds": 1.0, "softmax_growth": 0.5, "linear_growth": 0.5}, REAL)
+    rows[1] = graded("L2", {"bound_holds": 1.0, "softmax_growth": 0.5, "linear_growth": 2.0}, STANDIN,
+                     variant="standin")
+    assert [rows[0]["verdict"], rows[1]["verdict"]] == ["refuted", "corrected"]
     text = S.bottom_line(rows)
-    assert re.search(r"\*\*2 are refuted\*\*: Softmax weights [^;]*\(C1\); Attention", text)
-    assert "C1 is corrected there (refuted above)" in text
+    assert re.search(r"\*\*2 are refuted\*\*: [^*]*\(L2\)", text) and "(NU)" in text
+    assert "L2 is corrected there (refuted above)" in text
 
 
 def test_counts_and_tables_carry_what_the_tests_of_the_site_read():
@@ -155,7 +159,7 @@ def test_the_legend_defines_every_verdict_and_comes_before_the_tables():
 
 def test_a_second_row_of_one_claim_on_one_model_opens_a_new_line():
     one = graded("C1", C1_LITERAL, REAL)
-    two = graded("C1", {**C1_LITERAL, "literal_outside": 0.1, "maxkey_outside": 0.1}, REAL, variant="other reading")
+    two = graded("C1", {**C1_LITERAL, "literal_outside": 0.1}, REAL, variant="other reading")
     columns, lines = S.table_lines([one, two])
     assert columns == ["smollm2-135m"] and len(lines) == 2
 

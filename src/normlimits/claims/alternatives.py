@@ -106,13 +106,13 @@ RULES = {
                       f"{ALT_SEPARABILITY_MARGIN}", ">=", 1.0),
             Criterion("some", "the same share", ">", 0.0),
         ),
-        outcomes=(("all:every", "confirmed"), ("all:some", "corrected"), ("else", "refuted")),
+        outcomes=(("all:every", "confirmed"), ("all:some", "partial"), ("else", "refuted")),
         headline="every",
         text=(f"not testable where the median support is below $N = {SEPARABILITY_KNEE}$ (above its "
               "support a normaliser's $N_s/N$ is capped at $|S|/N$ by construction, so the "
               "comparison says nothing about separability); there, confirmed when $N_s/N$ beats "
               f"softmax's by {ALT_SEPARABILITY_MARGIN} at every $N \\ge {SEPARABILITY_KNEE}$ of "
-              "the grid (the paper's knee) within the support, corrected when at some, refuted "
+              "the grid (the paper's knee) within the support, partial when at some, refuted "
               "when at none"),
     ),
     "gradient": Rule(

@@ -21,6 +21,11 @@ threshold. A verdict that an undecided criterion could change (some pass/fail as
 undecided criteria gives another verdict) is ``inconclusive``; one that every assignment gives
 stands. Identities take no interval.
 
+A criterion of kind ``proven`` checks a statement the book proves (a bound of its chapter, in the
+form proven there): it cannot grade the claim, because a breach is a bug, so grading raises
+:class:`ProvenStatementError` naming it and the build stops. It passes on every correct build and
+takes no interval.
+
 The rule is serialised into every ledger row (:meth:`Rule.to_row`), so a reader can re-grade
 ``_build/ledger.json`` without running the book (:func:`regrade`).
 """
@@ -33,7 +38,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-__all__ = ["VERDICTS", "VERDICT_DEFINITIONS", "OUTCOME_VERDICTS", "DECISIONS", "OPS", "KINDS", "Criterion", "Rule",
+__all__ = ["ProvenStatementError", "VERDICTS", "VERDICT_DEFINITIONS", "OUTCOME_VERDICTS", "DECISIONS", "OPS", "KINDS", "Criterion", "Rule",
            "regrade", "plain_text", "describe_condition", "describe_outcomes"]
 
 #: confirmed: the claim holds as stated (on the range measured); corrected: a true statement
@@ -84,8 +89,17 @@ OPS = ("<=", "<", ">=", ">", "==", "between", "outside")
 #: data lie where the claim applies (e.g. the share of rows in the regime where an asymptotic
 #: claim binds): when it fails the verdict is "not testable" whatever the outcomes say, and when
 #: its interval straddles its threshold a verdict it could change is inconclusive (schema 4.0)
-KINDS = ("measurement", "identity", "check", "scope")
+KINDS = ("measurement", "identity", "check", "scope", "proven")
 _OP_WORDS = {"<=": "≤", "<": "<", ">=": "≥", ">": ">", "==": "=", "between": "in", "outside": "outside"}
+
+
+class ProvenStatementError(AssertionError):
+    """A criterion of kind ``proven`` failed: a statement the book proves was measured broken.
+
+    That is a fault of the implementation (an estimator, a closed form, a tolerance), never
+    evidence about the paper, so it stops the build with the criterion named instead of grading
+    the claim (issue 47: a proven statement is a check on the implementation, not a verdict).
+    """
 
 
 def _missing(value) -> bool:
@@ -192,7 +206,7 @@ class Rule:
             raise ValueError(f"a rule needs at least one criterion and unique keys (got {keys})")
         if self.headline not in keys:
             raise ValueError(f"headline {self.headline!r} is not one of the criteria {keys}")
-        if not any(c.kind in ("measurement", "check") for c in self.criteria):
+        if not any(c.kind in ("measurement", "check", "proven") for c in self.criteria):
             raise ValueError("a rule must rest on at least one measurement or check, not on identities alone")
         if not self.outcomes or self.outcomes[-1][0] != "else":
             raise ValueError("the last outcome must be ('else', verdict)")
@@ -230,7 +244,16 @@ class Rule:
         if absent:
             raise ValueError(f"no value given for criteria {absent} (pass None when the statistic "
                              "cannot be measured, with a reason)")
-        return {c.key: c.passes(values[c.key]) for c in self.criteria}
+        results = {c.key: c.passes(values[c.key]) for c in self.criteria}
+        broken = [c for c in self.criteria if c.kind == "proven" and results[c.key] is False]
+        if broken:
+            raise ProvenStatementError("; ".join(
+                f"criterion {c.key!r} ({plain_text(c.statistic)}) = {values[c.key]!r} breaks "
+                f"{c.op} {c.threshold}" for c in broken)
+                + ": this is a statement the book proves, so the breach is a bug in the "
+                "implementation (an estimator, a closed form or a tolerance), not a verdict; "
+                "find the cell that breaks it and fix the code")
+        return results
 
     def decisions(self, values: Mapping[str, object],
                   intervals: Mapping[str, object] | None = None) -> dict[str, bool | None | str]:

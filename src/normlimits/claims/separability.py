@@ -34,7 +34,7 @@ CLAIMS = (
                 Criterion("proven_violations", "Monte Carlo configurations under the assumptions "
                           "(uniform points, and $\\delta$-separated points by rejection) whose "
                           "estimate of $\\mathbb{E} C_r/N$ leaves the proven bounds by more than 4 "
-                          "standard errors", "==", 0, kind="check"),
+                          "standard errors", "==", 0, kind="proven"),
                 Criterion("paper_shaped_excess", "standard errors by which the Monte Carlo "
                           "estimate exceeds the paper-shaped upper bound "
                           "$\\frac1N\\sum_i e^{-(\\xi_i^\\delta-r)^2/(2M^2)}$ in the book's "
@@ -206,7 +206,7 @@ CLAIMS = (
                           f"(slope within {SEPARABILITY_FLAT_SLOPE} per doubling) with a plateau "
                           f"in [{_MON_LOW}, {_MON_HIGH}]", ">=", 0.5),
             ),
-            outcomes=(("all", "confirmed"), ("any:entropy_rank,band_share", "corrected"),
+            outcomes=(("all", "confirmed"), ("any:entropy_rank,band_share", "partial"),
                       ("else", "refuted")),
             headline="band_share",
             text=(f"not testable unless the same heads are measured at {MON_CHECKPOINTS} or more "
@@ -215,8 +215,8 @@ CLAIMS = (
                   "checkpoint does not test it, and the band share re-counts F3's plateau level); "
                   "there, confirmed when heads with higher attention entropy separate worse (rank "
                   "correlation at most −0.5) and at least half of the heads that saturate do so "
-                  f"inside [{_MON_LOW}, {_MON_HIGH}]; corrected when only one half of the "
-                  "diagnostic holds"),
+                  f"inside [{_MON_LOW}, {_MON_HIGH}]; partial when only one half of the "
+                  "diagnostic holds (no proven statement repairs the other)"),
         ),
     ),
     Claim(

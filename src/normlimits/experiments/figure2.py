@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from normlimits.metrics import distances as D
+from normlimits.metrics import token_means as TM
 from normlimits.core.fits import loglog_fit
 from normlimits.core.precision import dtype_rtol
 from normlimits.core.plotting import median_band
@@ -29,7 +30,8 @@ from normlimits.metrics.token_means import PositionStudy
 
 __all__ = ["Calibration", "estimator_calibration", "SyntheticChecks", "synthetic_checks", "FlatGaussianCase", "flat_gaussian_case",
            "figure2_numbers", "subsample_error", "median_curves", "ProvenBoundError",
-           "proven_interval_breaches", "check_proven_intervals", "ROUNDING_RTOL"]
+           "proven_interval_breaches", "check_proven_intervals", "ProvenCheck", "recheck_cells",
+           "RECHECK_SAMPLES", "ROUNDING_RTOL"]
 
 #: a Monte Carlo estimate counts as outside an interval only beyond this many standard errors
 SE_TOLERANCE = 5.0
@@ -71,13 +73,54 @@ def proven_interval_breaches(means, lengths: Sequence[int], n_grid: Sequence[int
     return out
 
 
+#: Monte Carlo replicates per row when a flagged cell is estimated again (:func:`recheck_cells`)
+RECHECK_SAMPLES = 64
+#: more flagged cells than this are not re-estimated: so many breaches are a bug, not a tail
+RECHECK_LIMIT = 64
+
+
+@dataclass(frozen=True)
+class ProvenCheck:
+    """What :func:`check_proven_intervals` checked: ``cells`` (layer, head, L, N) cells, of which
+    ``flagged`` lay outside a proven interval by the study's own estimate and were estimated
+    again with ``recheck_samples`` independent replicates per row, after which none did."""
+
+    cells: int
+    flagged: int
+    recheck_samples: int
+
+
 def check_proven_intervals(means, lengths: Sequence[int], n_grid: Sequence[int], *,
-                           z: float = SE_TOLERANCE, rtol: float = ROUNDING_RTOL) -> int:
+                           z: float = SE_TOLERANCE, rtol: float = ROUNDING_RTOL,
+                           recheck=None, recheck_limit: int = RECHECK_LIMIT) -> ProvenCheck:
     """Raise :class:`ProvenBoundError` naming the cells (up to five) where the Monte Carlo E
     breaks main <= E <= rms or the corrected Corollary 2(i) interval [main, upper] (see
     :func:`proven_interval_breaches`); both are proven, so a breach is a bug to fix, not a
-    measurement. Returns the number of cells checked."""
-    for name, cells in proven_interval_breaches(means, lengths, n_grid, z=z, rtol=rtol).items():
+    measurement.
+
+    ``recheck``: None, or a function of the flagged cells ``[(layer, head, L, N), ...]`` giving
+    for each a new, independent estimate ``(E, se)`` from many more replicates
+    (:func:`recheck_cells`). Why: the study's estimate has a few replicates per row and, on a
+    trained head's rows, heavy tails, so among tens of thousands of cells a handful lie beyond
+    five of their own standard errors by chance (SmolLM2-135M, 8 windows: 9 of 88,020 cells,
+    every one at N between 0.75 L and 0.9 L). A cell is a breach only when its new estimate is
+    outside too, by the same ``z`` and ``rtol``; a biased estimator or a wrong closed form stays
+    outside whatever the replicates. More than ``recheck_limit`` flagged cells raise without a
+    recheck."""
+    breaches = proven_interval_breaches(means, lengths, n_grid, z=z, rtol=rtol)
+    flagged = sorted({cell[:4] for cells in breaches.values() for cell in cells})
+    if flagged and recheck is not None and len(flagged) <= recheck_limit:
+        again = dict(zip(flagged, recheck(flagged)))                    # cell -> (E, se)
+
+        def still_outside(cell, lo, hi):
+            e, se = again[cell]
+            return e < lo - z * se - rtol * abs(lo) or e > hi + z * se + rtol * abs(hi)
+
+        breaches = {f"{name} (after a recheck with more replicates)":
+                    [(*entry[:4], again[entry[:4]][0], entry[5], entry[6], again[entry[:4]][1])
+                     for entry in cells if still_outside(entry[:4], entry[5], entry[6])]
+                    for name, cells in breaches.items()}
+    for name, cells in breaches.items():
         if cells:
             shown = "; ".join(f"layer {l}, head {h}, L = {L}, N = {n}: E = {e:.6g} (se {se:.2g}) "
                               f"outside [{lo:.6g}, {hi:.6g}]" for l, h, L, n, e, lo, hi, se in cells[:5])
@@ -86,7 +129,39 @@ def check_proven_intervals(means, lengths: Sequence[int], n_grid: Sequence[int],
                 f"relative {rtol:g} of rounding: {shown}. The inequality is proven in the distances "
                 "chapter, so the estimator (normlimits.metrics.readings) or a closed form is wrong "
                 "there: fix it; never grade a claim on it.")
-    return int(means.mc.numel())
+    return ProvenCheck(cells=int(means.mc.numel()), flagged=len(flagged),
+                       recheck_samples=RECHECK_SAMPLES if recheck is not None else 0)
+
+
+class _OneHead:
+    """One (layer, head) of a captured window, shaped as a capture of one layer with one head
+    (what :func:`normlimits.metrics.token_means.position_study` reads)."""
+
+    def __init__(self, capture, layer: int, head: int):
+        self.capture, self.layer, self.head = capture, layer, head
+        self.values = capture.values[layer:layer + 1, head:head + 1]
+        hidden = getattr(capture, "hidden", None)
+        self.hidden = None if hidden is None else hidden[layer:layer + 1]
+
+    def weights(self, rows=None):
+        return self.capture.weights(rows)[self.layer:self.layer + 1, self.head:self.head + 1]
+
+
+def recheck_cells(captures: Sequence, spec, cells: Sequence[tuple[int, int, int, int]], *,
+                  samples: int = RECHECK_SAMPLES, seed: int = 4747) -> list[tuple[float, float]]:
+    """A new estimate ``(E, se)`` of the scaled reading's token-mean E for each ``(layer, head,
+    L, N)`` cell, over the same windows (``captures``, a list), query positions and light-key
+    sample size as the study of ``spec`` (a :class:`normlimits.metrics.token_means.StudySpec`),
+    with ``samples`` replicates per row drawn from a generator of their own (``seed``)."""
+    out = []
+    for k, (layer, head, length, n) in enumerate(cells):
+        views = [_OneHead(c, layer, head) for c in captures[:spec.max_windows]]
+        got = TM.position_study(views, [length], [n], vectors=spec.vectors, forms=("scaled",),
+                                per_octave=spec.per_octave, samples=samples,
+                                mc_keys=spec.mc_keys, expectations=(), seed=seed + k)
+        m = got.means["scaled"]
+        out.append((float(m.mc[0, 0, 0, 0]), float(m.mc_se[0, 0, 0, 0])))
+    return out
 
 
 @dataclass(frozen=True)
