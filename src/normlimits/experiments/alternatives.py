@@ -71,6 +71,7 @@ __all__ = [
     "YardstickVerdict",
     "separability_support",
     "separability_share",
+    "separability_shares",
     "yardstick_verdict",
     "VERDICT_MARKS",
     "summary_table",
@@ -592,10 +593,16 @@ def separability_share(sep_k: Tensor, sep_r: Tensor, margin: float, within: Tens
     """The share of the compared N where ``sep_k`` (N_s/N) beats ``sep_r`` by ``margin``: over the
     N ``within`` the support when there is one, else over every N given (the scope criterion then
     fails and the share is shown, not graded); NaN for no N. Tensors [n], ``within`` bool [n]."""
-    if not len(sep_k):
-        return float("nan")
-    beats = (sep_k >= sep_r + margin).to(DTYPE)
-    return float(beats[within].mean() if bool(within.any()) else beats.mean())
+    return float(separability_shares(sep_k[None], sep_r[None], margin, within[None])[0])
+
+
+def separability_shares(sep_k: Tensor, sep_r: Tensor, margin: float, within: Tensor) -> Tensor:
+    """:func:`separability_share` for r cases at once (e.g. bootstrap resamples): ``sep_k``,
+    ``sep_r`` [r, n], ``within`` bool [r, n]; float64 [r], NaN where there is no N."""
+    beats = (sep_k >= sep_r + margin).to(torch.float64)
+    within = within.to(torch.float64)
+    within = torch.where(within.sum(-1, keepdim=True) > 0, within, torch.ones_like(within))
+    return (beats * within).sum(-1) / within.sum(-1)
 
 
 #: how the summary table marks a verdict (presentation only; verdicts come from the ledger rows)

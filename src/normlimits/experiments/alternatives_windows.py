@@ -47,7 +47,7 @@ from normlimits.metrics.critical_n import resampled_critical_n
 # the statistics measured on the first ``jacobian_windows`` windows only, and the yardsticks whose
 # criteria are computed from the counts of every window
 from normlimits.experiments.alternatives import (JACOBIAN_STATISTICS, WINDOW_YARDSTICKS,
-                                                 check_window_yardsticks)
+                                                 check_window_yardsticks, separability_shares)
 
 __all__ = ["JACOBIAN_STATISTICS", "WINDOW_YARDSTICKS", "yardstick_window_values", "yardstick_intervals",
            "window_criteria", "gamma_criteria", "interval_sentence"]
@@ -84,12 +84,8 @@ def _separability_share(sep_k: Tensor, sep_r: Tensor, margin: float, ns: Sequenc
     ``sep_r`` [r, n] by ``margin``, over the N within the resample's median ``support`` [r] when
     there is one, else over every N (:func:`normlimits.experiments.alternatives.separability_share`
     for all resamples at once); NaN for no N."""
-    if not sep_k.shape[-1]:
-        return torch.full((sep_k.shape[0],), math.nan, dtype=torch.float64)
-    beats = (sep_k >= sep_r + margin).to(torch.float64)
     within = torch.tensor(list(ns), dtype=torch.float64)[None, :] <= support[:, None]      # [r, n]
-    within = torch.where(within.any(-1, keepdim=True), within, torch.ones_like(within))
-    return (beats * within).sum(-1) / within.sum(-1)
+    return separability_shares(sep_k, sep_r, margin, within)
 
 
 def yardstick_window_values(results, keys: Sequence[str], counts: Tensor, reference: str = "softmax", *,
