@@ -4,7 +4,8 @@ Every writer puts its bytes under a temporary name in the destination's own fold
 it into place with ``os.replace`` (atomic on POSIX); a crash leaves at most a ``.NAME.tmp-*`` file or
 folder that no reader ever opens, and the next writer of that entry removes it when it takes the
 entry's lock (:func:`remove_stale_temporaries`). So an entry that exists is complete, and readers need no lock; writers hold
-:func:`writer_lock`, which on a read-only cache refuses with the folder's name. A damaged entry (a
+:func:`writer_lock`, which on a read-only cache refuses with the folder's name, and whose lock file
+is removed when it is released (:func:`take_lock`, :func:`release_lock`). A damaged entry (a
 file altered after it was written) is named by :func:`read_json_entry` or by its owner's verifier
 (the stand-in's checksums), with the remedy: delete it to recompute it.
 """
@@ -94,28 +95,71 @@ def cache_path(kind: str, key: dict[str, Any], suffix: str = "") -> Path:
     return folder / f"{key_digest(key)}{suffix}"
 
 
+def take_lock(path: Path, *, wait: bool = True) -> int:
+    """A descriptor holding an exclusive ``flock`` on the lock file ``path`` (created with the
+    umask's mode when missing); with ``wait`` False, ``BlockingIOError`` when another holds it.
+
+    A holder removes the file when it lets go (:func:`release_lock`), so the file this call opened
+    may have been unlinked by its previous holder before the lock was granted: a lock on a file no
+    longer at ``path`` excludes nobody, so the call then tries again on the file now there. An
+    ``OSError`` from creating the file (a read-only or missing folder) is raised as it is."""
+    import fcntl
+
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, umask_mode())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            if _is_at(fd, path):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is still the file at ``path`` (not unlinked or replaced)."""
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def release_lock(fd: int, path: Path) -> None:
+    """Remove the lock file ``path`` and let go of ``fd`` (:func:`take_lock`'s), in that order: the
+    file is removed while the lock is still held, so no other holder's file is ever removed, and a
+    waiter that was granted the removed file tries again (:func:`take_lock`)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass                         # a read-only folder: the empty file stays, harmless
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def writer_lock(entry: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on ``entry`` (a file ``<entry>.lock`` beside it) while it is written.
+    """Hold an exclusive lock on ``entry`` (a file ``<entry>.lock`` beside it) while it is written;
+    the lock file is removed again when the lock is released (:func:`release_lock`).
 
     Only writers lock: a complete entry is read without it (entries appear atomically), so a
     read-only cache that holds what is needed is usable. Raises :class:`CacheError` naming the
     folder when the lock cannot be created (read-only or missing folder): ``what`` is not cached
-    there and cannot be.
+    there and cannot be. Once it holds the lock it removes the temporaries that killed writers of
+    ``entry`` left (:func:`remove_stale_temporaries`).
     """
     lock_path = entry.with_name(entry.name.split(".")[0] + ".lock")
     try:
-        handle = open(lock_path, "w")
+        fd = take_lock(lock_path)
     except OSError as exc:
         raise CacheError(f"{what} is not in the cache and cannot be written there: the folder "
                          f"{entry.parent} cannot be written ({exc.strerror}). Set {CACHE_ENV} to a "
                          "writable folder, or fill this one where it is writable.") from None
-    import fcntl
-
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    try:
         remove_stale_temporaries(entry)
         yield
+    finally:
+        release_lock(fd, lock_path)
 
 
 def temporary_prefix(entry: Path) -> str:
