@@ -45,8 +45,9 @@ def is_disk_full(exc: BaseException) -> bool:
 
 
 class DiskFullError(CacheError):
-    """The disk (or quota) filled up while a file was written; the message names the folder and
-    the setting that chose it."""
+    """The disk (or quota) filled up while a file was written, or has too little room for what is
+    about to be written (:func:`check_free_space`); the message names the folder and the setting
+    that chose it."""
 
 
 def _setting_of(path: Path) -> str | None:
@@ -64,15 +65,45 @@ def _setting_of(path: Path) -> str | None:
     return None
 
 
-def disk_full_error(path: Path, exc: BaseException) -> DiskFullError:
-    """One message for a full disk: the folder, what was being written, the setting that chose
-    the folder (where one did) and the remedy."""
-    path = Path(path)
+def room_remedy(setting: str) -> str:
+    """The remedy for a disk without room under a folder that ``setting`` chose."""
+    return f"set {setting} to a folder on a disk with room"
+
+
+def _remedy_for(path: Path, remedy: str | None) -> str | None:
+    """``remedy``, else the one of the setting that chose the folder of ``path`` (None if none)."""
     setting = _setting_of(path)
-    where = f", or set {setting} to a folder on a disk with room" if setting else ""
+    return remedy or (room_remedy(setting) if setting else None)
+
+
+def disk_full_error(path: Path, exc: BaseException | None = None,
+                    remedy: str | None = None) -> DiskFullError:
+    """One message for a full disk: the folder, what was being written, and the remedy:
+    ``remedy`` (e.g. the option that chose the folder), else the setting that chose the folder
+    (where one did)."""
+    path = Path(path)
+    remedy = _remedy_for(path, remedy)
+    where = f", or {remedy}" if remedy else ""
     return DiskFullError(f"the disk holding the folder {path.parent} is full (no space left on "
                          f"device) while writing {path.name}; nothing half-written was kept. "
                          f"Free space there{where}.")
+
+
+def check_free_space(folder: Path, needed: int, what: str, remedy: str | None = None,
+                     place: str = "the folder") -> None:
+    """Refuse, before ``what`` writes about ``needed`` bytes into ``folder``, a disk with less
+    free space: a :class:`DiskFullError` naming the folder, both sizes and the remedy (as
+    :func:`disk_full_error` chooses it). Nothing is refused where the free space cannot be read."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return
+    if free >= needed:
+        return
+    remedy = _remedy_for(Path(folder) / "entry", remedy)
+    raise DiskFullError(f"{what} needs about {needed / 1e9:.2f} GB in {place} {folder}, whose disk "
+                        f"has {free / 1e9:.2f} GB free; free space there"
+                        + (f", or {remedy}." if remedy else "."))
 
 
 def key_digest(key: dict[str, Any]) -> str:
