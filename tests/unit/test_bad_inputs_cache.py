@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 
 import pytest
@@ -103,14 +104,24 @@ def test_an_empty_read_only_cache_is_refused_with_the_folder(isolated_cache, no_
     monkeypatch.setattr(standin, "writer_lock", writer_lock)
     cache_dir()
     (isolated_cache / "standin").mkdir()
-    real_open = open
+    real_open, real_os_open = open, os.open
+
+    def refuse(path):
+        if str(path).startswith(str(isolated_cache)):
+            raise PermissionError(13, "Permission denied", str(path))
 
     def read_only_open(path, mode="r", *args, **kwargs):
-        if "w" in mode and str(path).startswith(str(isolated_cache)):
-            raise PermissionError(13, "Permission denied", str(path))
+        if "w" in mode:
+            refuse(path)
         return real_open(path, mode, *args, **kwargs)
 
+    def read_only_os_open(path, flags, *args, **kwargs):       # the lock file is made by os.open
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            refuse(path)
+        return real_os_open(path, flags, *args, **kwargs)
+
     monkeypatch.setattr("builtins.open", read_only_open)
+    monkeypatch.setattr(os, "open", read_only_os_open)
     with pytest.raises(CacheError, match=r"stand-in .* cannot be written there.*standin cannot be written \(Permission denied\)"):
         standin.load_standin(_corpus())
 

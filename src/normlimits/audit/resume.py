@@ -20,7 +20,9 @@ capture_key`: the model's weights as loaded, its device type and dtype, the corp
 window length and count, the torch and transformers versions and this package's sources); a
 folder of another key, left by an interrupted audit of other settings into the same ``--out``, is
 removed when a new audit starts (it holds the output's lock, so no other audit is using it).
-Disk: one window of GPT-2 124M at L = 1024 takes about 150 MB; ``--no-resume`` keeps nothing.
+Disk: one window of GPT-2 124M at L = 1024 takes about 150 MB; ``--no-resume`` keeps nothing. A
+disk beside ``--out`` without room for the windows is refused before the first is stored, naming
+``--out`` and ``--no-resume`` (:func:`normlimits.model.capture_cache.serve`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ __all__ = ["RESUME_INFIX", "Resume", "resume_dir"]
 
 #: the resume folder of output ``OUT`` is ``.OUT<RESUME_INFIX><key digest>`` beside it
 RESUME_INFIX = ".resume-"
+#: what to do when the disk beside ``--out`` has no room for the resume cache
+ROOM_REMEDY = "pass an --out on a disk with room, or --no-resume to keep no resume cache beside it"
 
 
 def resume_dir(target: Path, key: dict) -> Path:
@@ -92,7 +96,7 @@ class Resume:
                    else "forward pass")
             self.say(f"window {index + 1}/{count}: {how}" + (f"; {names}" if names else ""))
 
-        return serve(loaded, windows, self.folder, self.key, on_window=told)
+        return serve(loaded, windows, self.folder, self.key, on_window=told, remedy=ROOM_REMEDY)
 
     def describe(self) -> dict:
         """The provenance's ``resume`` block: the folder (None when disabled), the windows reused

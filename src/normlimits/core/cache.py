@@ -4,7 +4,8 @@ Every writer puts its bytes under a temporary name in the destination's own fold
 it into place with ``os.replace`` (atomic on POSIX); a crash leaves at most a ``.NAME.tmp-*`` file or
 folder that no reader ever opens, and the next writer of that entry removes it when it takes the
 entry's lock (:func:`remove_stale_temporaries`). So an entry that exists is complete, and readers need no lock; writers hold
-:func:`writer_lock`, which on a read-only cache refuses with the folder's name. A damaged entry (a
+:func:`writer_lock`, which on a read-only cache refuses with the folder's name, and whose lock file
+is removed when it is released (:func:`take_lock`, :func:`release_lock`). A damaged entry (a
 file altered after it was written) is named by :func:`read_json_entry` or by its owner's verifier
 (the stand-in's checksums), with the remedy: delete it to recompute it.
 """
@@ -44,8 +45,9 @@ def is_disk_full(exc: BaseException) -> bool:
 
 
 class DiskFullError(CacheError):
-    """The disk (or quota) filled up while a file was written; the message names the folder and
-    the setting that chose it."""
+    """The disk (or quota) filled up while a file was written, or has too little room for what is
+    about to be written (:func:`check_free_space`); the message names the folder and the setting
+    that chose it."""
 
 
 def _setting_of(path: Path) -> str | None:
@@ -63,15 +65,45 @@ def _setting_of(path: Path) -> str | None:
     return None
 
 
-def disk_full_error(path: Path, exc: BaseException) -> DiskFullError:
-    """One message for a full disk: the folder, what was being written, the setting that chose
-    the folder (where one did) and the remedy."""
-    path = Path(path)
+def room_remedy(setting: str) -> str:
+    """The remedy for a disk without room under a folder that ``setting`` chose."""
+    return f"set {setting} to a folder on a disk with room"
+
+
+def _remedy_for(path: Path, remedy: str | None) -> str | None:
+    """``remedy``, else the one of the setting that chose the folder of ``path`` (None if none)."""
     setting = _setting_of(path)
-    where = f", or set {setting} to a folder on a disk with room" if setting else ""
+    return remedy or (room_remedy(setting) if setting else None)
+
+
+def disk_full_error(path: Path, exc: BaseException | None = None,
+                    remedy: str | None = None) -> DiskFullError:
+    """One message for a full disk: the folder, what was being written, and the remedy:
+    ``remedy`` (e.g. the option that chose the folder), else the setting that chose the folder
+    (where one did)."""
+    path = Path(path)
+    remedy = _remedy_for(path, remedy)
+    where = f", or {remedy}" if remedy else ""
     return DiskFullError(f"the disk holding the folder {path.parent} is full (no space left on "
                          f"device) while writing {path.name}; nothing half-written was kept. "
                          f"Free space there{where}.")
+
+
+def check_free_space(folder: Path, needed: int, what: str, remedy: str | None = None,
+                     place: str = "the folder") -> None:
+    """Refuse, before ``what`` writes about ``needed`` bytes into ``folder``, a disk with less
+    free space: a :class:`DiskFullError` naming the folder, both sizes and the remedy (as
+    :func:`disk_full_error` chooses it). Nothing is refused where the free space cannot be read."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return
+    if free >= needed:
+        return
+    remedy = _remedy_for(Path(folder) / "entry", remedy)
+    raise DiskFullError(f"{what} needs about {needed / 1e9:.2f} GB in {place} {folder}, whose disk "
+                        f"has {free / 1e9:.2f} GB free; free space there"
+                        + (f", or {remedy}." if remedy else "."))
 
 
 def key_digest(key: dict[str, Any]) -> str:
@@ -94,28 +126,71 @@ def cache_path(kind: str, key: dict[str, Any], suffix: str = "") -> Path:
     return folder / f"{key_digest(key)}{suffix}"
 
 
+def take_lock(path: Path, *, wait: bool = True) -> int:
+    """A descriptor holding an exclusive ``flock`` on the lock file ``path`` (created with the
+    umask's mode when missing); with ``wait`` False, ``BlockingIOError`` when another holds it.
+
+    A holder removes the file when it lets go (:func:`release_lock`), so the file this call opened
+    may have been unlinked by its previous holder before the lock was granted: a lock on a file no
+    longer at ``path`` excludes nobody, so the call then tries again on the file now there. An
+    ``OSError`` from creating the file (a read-only or missing folder) is raised as it is."""
+    import fcntl
+
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, umask_mode())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            if _is_at(fd, path):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is still the file at ``path`` (not unlinked or replaced)."""
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def release_lock(fd: int, path: Path) -> None:
+    """Remove the lock file ``path`` and let go of ``fd`` (:func:`take_lock`'s), in that order: the
+    file is removed while the lock is still held, so no other holder's file is ever removed, and a
+    waiter that was granted the removed file tries again (:func:`take_lock`)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass                         # a read-only folder: the empty file stays, harmless
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def writer_lock(entry: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on ``entry`` (a file ``<entry>.lock`` beside it) while it is written.
+    """Hold an exclusive lock on ``entry`` (a file ``<entry>.lock`` beside it) while it is written;
+    the lock file is removed again when the lock is released (:func:`release_lock`).
 
     Only writers lock: a complete entry is read without it (entries appear atomically), so a
     read-only cache that holds what is needed is usable. Raises :class:`CacheError` naming the
     folder when the lock cannot be created (read-only or missing folder): ``what`` is not cached
-    there and cannot be.
+    there and cannot be. Once it holds the lock it removes the temporaries that killed writers of
+    ``entry`` left (:func:`remove_stale_temporaries`).
     """
     lock_path = entry.with_name(entry.name.split(".")[0] + ".lock")
     try:
-        handle = open(lock_path, "w")
+        fd = take_lock(lock_path)
     except OSError as exc:
         raise CacheError(f"{what} is not in the cache and cannot be written there: the folder "
                          f"{entry.parent} cannot be written ({exc.strerror}). Set {CACHE_ENV} to a "
                          "writable folder, or fill this one where it is writable.") from None
-    import fcntl
-
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    try:
         remove_stale_temporaries(entry)
         yield
+    finally:
+        release_lock(fd, lock_path)
 
 
 def temporary_prefix(entry: Path) -> str:

@@ -18,7 +18,8 @@ whose ``manifest.json`` names the tool and whose files are exactly the ones it l
 a file that ``is_ours`` recognises). A folder holding anything else is refused with the remedy:
 another folder, or, for an earlier output the user has since added to or edited, ``--force``,
 which moves the old folder aside (``DIR.previous-<time>``) instead of deleting it. A lock file
-beside the target (``.DIR.lock``) refuses a second writer while the first runs. Both classes
+beside the target (``.DIR.lock``) refuses a second writer while the first runs;
+it is removed when the first finishes. Both classes
 check that the target can be written when they are created, before any computing. Files and
 folders get the permissions the user's umask gives (not mkstemp's 0600).
 """
@@ -36,7 +37,8 @@ from pathlib import Path
 from typing import Callable
 
 from normlimits.core.cache import file_sha256 as _sha256
-from normlimits.core.cache import DISK_FULL, DiskFullError, atomic_write_bytes, umask_mode
+from normlimits.core.cache import (
+    DISK_FULL, DiskFullError, atomic_write_bytes, release_lock, take_lock, umask_mode)
 
 __all__ = ["OutputError", "FolderOutput", "FileOutput", "MANIFEST", "read_manifest",
            "umask_mode", "check_target_text", "folder_argument"]
@@ -107,42 +109,28 @@ def _changes(folder: Path, manifest: dict) -> list[str]:
 
 
 class _Lock:
-    """An exclusive, non-blocking lock on ``path`` (created; removed when released)."""
+    """An exclusive, non-blocking lock on the file ``path`` (created; removed when released), by
+    :func:`~normlimits.core.cache.take_lock` and :func:`~normlimits.core.cache.release_lock`:
+    ``busy()`` is raised when another process holds it, ``cannot(exc)`` when it cannot be made."""
 
     def __init__(self, path: Path, busy: Callable[[], OutputError],
                  cannot: Callable[[OSError], OutputError]):
-        import fcntl
-
-        while True:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, umask_mode())
-            except OSError as exc:
-                raise cannot(exc) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                raise busy() from None
-            try:                     # the file may have been removed by its previous holder
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
+        try:
+            fd = take_lock(path, wait=False)
+        except BlockingIOError:
+            raise busy() from None
+        except OSError as exc:
+            raise cannot(exc) from None
         self.fd, self.path = fd, path
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
 
     def release(self) -> None:
+        """Remove the lock file and let go (once; later calls do nothing)."""
         if self.fd is None:
             return
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-        os.close(self.fd)
-        self.fd = None
+        fd, self.fd = self.fd, None
+        release_lock(fd, self.path)
 
 
 def _stamp() -> str:

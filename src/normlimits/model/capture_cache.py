@@ -32,6 +32,11 @@ the current folder belongs to, which ``python -m normlimits.book.execution_cache
 ``make book``) drops together with the executed chapters whenever the settings, the package or
 the corpus change; outside a book (no ``_config.yml`` above the current folder), nothing is
 cached.
+
+Disk: once the first window to store is computed, its size times the windows still to store is
+checked against the disk's free space, and a disk without room is refused before anything is
+stored (:func:`check_room`), as a full disk while writing is: one
+:class:`~normlimits.core.cache.DiskFullError` naming the folder and the setting.
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor
 
-from normlimits.core.cache import atomic_write_bytes, atomic_write_json, key_digest, package_digest
+from normlimits.core.cache import (
+    DiskFullError, atomic_write_bytes, atomic_write_json, check_free_space, disk_full_error,
+    key_digest, package_digest, room_remedy)
 from normlimits.model.capture import WindowCapture, capture_window, input_device, layer_scales
 from normlimits.core.paths import book_root
 from normlimits.model.corpus import token_windows
@@ -138,9 +145,9 @@ def kv_repeat(keys: Tensor, values: Tensor) -> int:
     return 1
 
 
-def _store(path: Path, capture: WindowCapture, ids: Tensor) -> None:
-    """The entry, then its checksum (a crash between them leaves an entry without one, which is
-    recomputed, never served). Grouped keys and values are stored once per group."""
+def _entry_bytes(capture: WindowCapture, ids: Tensor) -> bytes:
+    """The safetensors bytes of one window's entry: the capture and its ``ids``, grouped keys and
+    values once per group (with ``kv_repeat``)."""
     from safetensors.torch import save
 
     tensors = {name: getattr(capture, name) for name in FIELDS}
@@ -150,10 +157,38 @@ def _store(path: Path, capture: WindowCapture, ids: Tensor) -> None:
             tensors[name] = tensors[name][..., ::repeat, :, :]
         tensors["kv_repeat"] = torch.tensor(repeat)
     cpu = {name: t.detach().to("cpu").contiguous() for name, t in {**tensors, "ids": ids}.items()}
-    data = save(cpu)
+    return save(cpu)
+
+
+def _store(path: Path, data: bytes) -> None:
+    """The entry, then its checksum (a crash between them leaves an entry without one, which is
+    recomputed, never served)."""
     checksum_path(path).unlink(missing_ok=True)
     atomic_write_bytes(path, data)
     atomic_write_bytes(checksum_path(path), (hashlib.sha256(data).hexdigest() + "\n").encode())
+
+
+def window_path(folder: Path, index: int) -> Path:
+    """The entry of window ``index`` in ``folder``."""
+    return folder / f"window-{index:04d}.safetensors"
+
+
+def check_room(folder: Path, entry_bytes: int, first: int, count: int, remedy: str) -> None:
+    """Refuse, before the first window is stored, a disk without room for every window from
+    ``first`` to ``count - 1`` not yet in ``folder``, at ``entry_bytes`` each (all windows of an
+    entry have the same shapes): :func:`~normlimits.core.cache.check_free_space`."""
+    missing = sum(not window_path(folder, i).is_file() for i in range(first, count))
+    what = f"caching the forward passes of {missing} windows ({entry_bytes / 1e6:.1f} MB each)"
+    check_free_space(folder, entry_bytes * missing, what, remedy)
+
+
+def _named(path: Path, remedy: str, write: Callable[[], None]) -> None:
+    """Run ``write``; a full disk is raised as one message naming ``path``'s folder and
+    ``remedy``."""
+    try:
+        write()
+    except DiskFullError as exc:
+        raise disk_full_error(path, exc, remedy) from None
 
 
 def _load(path: Path, ids: Tensor, device: torch.device) -> WindowCapture | None:
@@ -230,32 +265,45 @@ def prune_other_packages(root: Path, package: str) -> list[Path]:
     return removed
 
 
+#: what to do when the capture cache's disk has no room
+ROOM_REMEDY = f"{room_remedy(CAPTURE_CACHE_ENV)}, or to off (no caching)"
+
+
 def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None,
-          on_window: Callable[[int, bool], None] | None = None) -> Iterator[WindowCapture]:
+          on_window: Callable[[int, bool], None] | None = None,
+          remedy: str = ROOM_REMEDY) -> Iterator[WindowCapture]:
     """One capture per row of ``windows`` [W, L]: loaded from ``folder`` when stored there,
     else computed (one forward pass) and stored. ``folder`` None: computed, nothing stored.
     ``on_window(index, reused)``, if given, is told for each window whether it came from
-    ``folder`` (before the capture is yielded)."""
+    ``folder`` (before the capture is yielded). Before the first window is stored, a disk
+    without room for all the windows still to store is refused (:func:`check_room`); that and a
+    full disk while writing raise :class:`~normlimits.core.cache.DiskFullError` naming the
+    folder and ``remedy`` (the setting or option that chose the folder)."""
     writable = folder is not None
     if writable and key is not None:
         if "package" in key and not (folder / KEY_FILE).is_file():   # a new entry: drop stale ones
             prune_other_packages(folder.parent, key["package"])
         try:
-            atomic_write_json(folder / KEY_FILE, key)
+            _named(folder / KEY_FILE, remedy, lambda: atomic_write_json(folder / KEY_FILE, key))
         except OSError as exc:
             warnings.warn(f"capture cache: cannot write to {folder} ({exc}); captures are computed "
                           f"without caching. Set {CAPTURE_CACHE_ENV} to a writable folder, or off.",
                           stacklevel=2)
             writable = False
     device = input_device(loaded.model)
+    checked = False
     for index, ids in enumerate(windows):
-        path = None if folder is None else folder / f"window-{index:04d}.safetensors"
+        path = None if folder is None else window_path(folder, index)
         capture = _load(path, ids, device) if path is not None else None
         if capture is None:
             capture = capture_window(loaded, ids)
             if writable:
+                data = _entry_bytes(capture, ids)
+                if not checked:
+                    check_room(folder, len(data), index, len(windows), remedy)
+                    checked = True
                 try:
-                    _store(path, capture, ids)
+                    _named(path, remedy, lambda: _store(path, data))
                 except OSError as exc:
                     warnings.warn(f"capture cache: cannot write {path} ({exc}); continuing "
                                   "without caching.", stacklevel=2)

@@ -40,11 +40,12 @@ from importlib import metadata
 from pathlib import Path
 
 from normlimits.core.cache import (
-    CacheError, atomic_save_dir, cache_path, file_sha256, read_json_entry, writer_lock)
+    CacheError, atomic_save_dir, cache_path, check_free_space, file_sha256, read_json_entry,
+    room_remedy, writer_lock)
 from normlimits.model.pretrained import (LoadedModel, check_model_folder, load_pretrained,
                                          missing_weights, shown_names)
 from normlimits.model.errors import ModelError
-from normlimits.core.settings import MODEL_ENV
+from normlimits.core.settings import CACHE_ENV, MODEL_ENV
 
 #: the model setting that names the shipped SmolLM2 file
 SMOLLM2 = "smollm2-135m"
@@ -331,23 +332,12 @@ CONVERSION_EXTRA_BYTES = 64 << 20
 def check_room_for_conversion(info: GGUFInfo, directory: Path) -> None:
     """Refuse, before converting, a cache folder whose disk has less free space than the float32
     weights of ``info``'s file (4 bytes a value) and a margin need: a :class:`CacheError` naming
-    the folder, both sizes and the setting (``NORMLIMITS_CACHE``)."""
-    import shutil
-
-    from normlimits.core.settings import CACHE_ENV
-
+    the folder, both sizes and the setting (``NORMLIMITS_CACHE``), by :func:`check_free_space`."""
     if not info.n_values:
         return
     needed = int(info.n_values * 4 * CONVERSION_MARGIN) + CONVERSION_EXTRA_BYTES
-    try:
-        free = shutil.disk_usage(directory.parent).free
-    except OSError:
-        return
-    if free < needed:
-        raise CacheError(f"converting {info.path.name} to float32 needs about {needed / 1e9:.2f} GB "
-                         f"in the cache folder {directory.parent}, whose disk has "
-                         f"{free / 1e9:.2f} GB free; free space there, or set {CACHE_ENV} to a "
-                         "folder on a disk with room.")
+    check_free_space(directory.parent, needed, f"converting {info.path.name} to float32",
+                     room_remedy(CACHE_ENV), place="the cache folder")
 
 
 def ensure_converted(info: GGUFInfo, named: str | None = None) -> tuple[Path, dict]:
