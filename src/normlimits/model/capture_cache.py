@@ -52,13 +52,12 @@ import torch
 from torch import Tensor
 
 from normlimits.core.cache import (
-    DiskFullError, atomic_write_bytes, atomic_write_json, check_free_space, disk_full_error,
+    CAPTURE_CACHE_ENV, DiskFullError, atomic_write_bytes, atomic_write_json, check_free_space, disk_full_error,
     key_digest, package_digest, room_remedy)
 from normlimits.model.capture import WindowCapture, capture_window, input_device, layer_scales
 from normlimits.core.paths import book_root
 from normlimits.model.corpus import token_windows
 
-CAPTURE_CACHE_ENV = "NORMLIMITS_CAPTURE_CACHE"
 #: the folder under the build directory (``execution_cache.DERIVED`` drops it)
 BUILD_SUBDIR = "captures"
 FIELDS = ("queries", "keys", "values", "hidden", "scale")
