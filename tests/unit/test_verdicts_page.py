@@ -80,9 +80,13 @@ def test_the_count_excludes_premises_the_books_cited_and_sensitivity_rows():
     assert "the premise MHP, the premise of MH (refuted on SmolLM2-135M: premise fails)" in text
     assert "the book's own results and questions (ARCH and C1S)" in text
     assert "other papers' claims (ALT-gamma)" in text and "1 sensitivity row" in text
-    # a sensitivity row on the chapter's own model is no replay: only the stand-in is a control
-    assert "Replayed on SmolLM2-135M" not in text
-    assert "Replayed on the stand-in by the same rules, 2 of 2 of these claims keep their verdict" in text
+    # a sensitivity row on the chapter's own model is no replay: only the stand-in's rows are
+    replays = [r for r in rows if S.part_of(r) == "control"]
+    assert {S.short_model(r["model"]) for r in replays} == {S.short_model(STANDIN)}
+    own = {r["id"]: r["verdict"] for r in S.paper_rows(rows)}
+    kept = sum(r["verdict"] == own[r["id"]] for r in replays)
+    assert f"on the stand-in ({kept} of the {len(replays)} replayed there by the same rules keep their verdict)" in text
+    assert "replayed there" not in text.split("on the stand-in")[0]     # none on SmolLM2-135M
     bar = S.bottom_line_html(rows)
     assert 'data-part="paper" data-total="5"' in bar
     apart = S.book_counts_html(rows)
@@ -90,29 +94,59 @@ def test_the_count_excludes_premises_the_books_cited_and_sensitivity_rows():
         assert f'data-part="{part}" data-total="{n}"' in apart
 
 
-def test_bottom_line_says_what_holds_on_which_model_from_the_rows():
+def sentences(text: str) -> int:
+    """How many sentences ``text`` holds: full stops followed by a space or the end (the heading
+    "**Bottom line.**" is followed by ``**``, and a decimal point by a digit)."""
+    return len(re.findall(r"\.(?:\s|$)", text))
+
+
+def holds_on(rows: list[dict], model: str) -> tuple[int, int]:
+    """(how many hold, how many shown) among the paper's claims on ``model``: their own rows
+    there and their replays there (a sensitivity, premise, book's or cited row is not one)."""
+    shown = [r for r in rows if r["model"] == model and S.part_of(r) in ("paper", "control")]
+    return sum(r["verdict"] in ("confirmed", "corrected") for r in shown), len(shown)
+
+
+def test_bottom_line_counts_per_verdict_and_per_model_in_five_sentences():
     rows = ledger_rows()
     text = S.bottom_line(rows)
-    verdicts = {r["id"]: r["verdict"] for r in S.paper_rows(rows)}
-    assert "not the paper's GPT-2 124M" in text
-    for cid, verdict in verdicts.items():
+    paper = S.paper_rows(rows)
+    assert "not the paper's GPT-2 124M" in text and sentences(text) <= 5
+    for verdict in {r["verdict"] for r in paper}:
+        count = sum(r["verdict"] == verdict for r in paper)
         one, many = S.VERDICT_WORDS[verdict]
-        assert f"({cid})" in text
-        assert one in text or many in text
+        assert f"**{count} {one if count == 1 else many}**" in text
+    for r in paper:                       # the scoreboard lists the claims, not the bottom line
+        assert f"({r['id']})" not in text and r["claim"] not in text
+    held, shown = holds_on(rows, REAL)
+    assert f"Model by model, {held} of {shown} hold as stated or once corrected on SmolLM2-135M" in text
+    held, shown = holds_on(rows, STANDIN)
+    assert f" {held} of {shown} on the stand-in" in text
     assert "LIM names GPT-2's own measurements" in text and "never refuted" in text
     assert S.bottom_line([]) == "No claim of the paper was graded in this build."
 
 
 def test_bottom_line_changes_with_the_ledger():
     rows = ledger_rows()
+    before = S.bottom_line(rows)
     # C1 can no longer be refuted (its max-key form is proven); L2 can, and be corrected elsewhere
     rows[0] = graded("L2", {"bound_holds": 1.0, "softmax_growth": 0.5, "linear_growth": 0.5}, REAL)
     rows[1] = graded("L2", {"bound_holds": 1.0, "softmax_growth": 0.5, "linear_growth": 2.0}, STANDIN,
                      variant="standin")
     assert [rows[0]["verdict"], rows[1]["verdict"]] == ["refuted", "corrected"]
     text = S.bottom_line(rows)
-    assert re.search(r"\*\*2 are refuted\*\*: [^*]*\(L2\)", text) and "(NU)" in text
-    assert "L2 is corrected there (refuted above)" in text
+    refuted = sum(r["verdict"] == "refuted" for r in S.paper_rows(rows))
+    assert refuted == sum(r["verdict"] == "refuted" for r in S.paper_rows(ledger_rows())) + 1
+    assert f"**{S.verdict_words('refuted', refuted - 1)}**" in before
+    assert f"**{S.verdict_words('refuted', refuted)}**" in text and f"**{refuted} are refuted**" in text
+    replays = [r for r in rows if S.part_of(r) == "control"]
+    own = {r["id"]: r["verdict"] for r in S.paper_rows(rows)}
+    kept = sum(r["verdict"] == own[r["id"]] for r in replays)
+    assert kept == len(replays) - 1          # L2 is corrected on the stand-in, refuted on its own row
+    assert f"({kept} of the {len(replays)} replayed there by the same rules keep their verdict)" in text
+    held, shown = holds_on(rows, REAL)
+    assert f"{held} of {shown} hold as stated or once corrected on SmolLM2-135M" in text
+    assert text != before
 
 
 def test_counts_and_tables_carry_what_the_tests_of_the_site_read():
@@ -155,6 +189,12 @@ def test_the_legend_defines_every_verdict_and_comes_before_the_tables():
     source = (Path(__file__).parents[2] / "book" / "verdicts.md").read_text()
     assert source.index("{verdict-legend}") < source.index("{claims-ledger}")
     assert source.count("{verdict-legend}") == 1
+    # the scoreboard first under the title, the legend directly below it, then the bottom line
+    directives = re.findall(r"^```\{([a-z-]+)\}", source, re.M)
+    assert directives[:3] == ["claims-scoreboard", "verdict-legend", "claims-bottom-line"]
+    assert source.split("```{claims-scoreboard}")[0].strip() == "# Verdicts"
+    landing = (Path(__file__).parents[2] / "book" / "intro.md").read_text()
+    assert landing.index("{claims-scoreboard}") < landing.index("{claims-bottom-line}")
 
 
 def test_a_second_row_of_one_claim_on_one_model_opens_a_new_line():
@@ -249,3 +289,148 @@ def test_a_model_the_chapter_describes_itself_is_named_whole_in_the_bottom_line(
     assert "byte-level GPT-2, 2 layers x 4 heads x 128, 3 seeds per T (1 of them)" in text
     assert "SmolLM2-135M, a real pretrained model of GPT-2's size (not the paper's GPT-2 124M) (5 of them)" in text
     assert S.model_words(STANDIN).startswith("the stand-in") and S.model_words(runs).startswith("byte-level GPT-2,")
+
+
+# --- the scoreboard (issue 48) -------------------------------------------------------------------
+
+def scoreboard_tree(rows, chapter_uri=lambda chapter: f"{chapter}.html"):
+    """The scoreboard's HTML parsed as XML (so well-formed), and the HTML."""
+    import xml.etree.ElementTree as ET
+
+    text = S.scoreboard_html(rows, chapter_uri, lambda chapter: f"Chapter {chapter}")
+    return ET.fromstring(f"<root>{text}</root>"), text
+
+
+def text_of(element) -> str:
+    """An element's text, its whitespace collapsed."""
+    return " ".join("".join(element.itertext()).split())
+
+
+def test_the_scoreboard_has_one_line_per_paper_claim_and_one_column_per_model():
+    rows = ledger_rows()
+    tree, text = scoreboard_tree(rows)
+    table = tree.find("./div[@class='scoreboard-box']/table")
+    assert "claims-scoreboard" in table.get("class") and "claims-ledger" not in text
+    paper = S.paper_rows(rows)
+    lines = table.findall("./tbody/tr[@data-claim]")
+    assert [tr.get("data-claim") for tr in lines] == [r["id"] for r in paper]
+    # no line of a premise, the book's or a cited claim; a sensitivity row (C1 on the architectures
+    # survey) opens no line of its own, nor a chapter: its claim has one line, its own row's
+    apart = {r["id"] for r in rows if S.part_of(r) in ("premise", "book", "cited")}
+    assert apart and not apart & {tr.get("data-claim") for tr in lines}
+    sensitivity = [r for r in rows if S.part_of(r) == "sensitivity"]
+    assert sensitivity and all([tr.get("data-claim") for tr in lines].count(r["id"]) == 1 for r in sensitivity)
+    assert not {r["chapter"] for r in sensitivity} & {b.get("data-chapter") for b in table.findall("./tbody")}
+    # nor does a reading chosen because it reproduces a figure
+    chosen = dict(graded("C1", C1_LITERAL, REAL, variant="chosen reading"), selection="reproduces the figure")
+    assert S.part_of(chosen) == "chosen"
+    with_chosen, _ = scoreboard_tree(rows + [chosen])
+    assert [tr.get("data-claim") for tr in with_chosen.iter("tr") if tr.get("data-claim")] == [r["id"] for r in paper]
+    # one column per model of the paper's claims and their replays, in the tables' order
+    models = list(dict.fromkeys(S.short_model(r["model"]) for r in rows if S.part_of(r) in ("paper", "control")))
+    columns, _ = S.scoreboard_lines(rows)
+    assert columns == models == [S.short_model(REAL), S.short_model(STANDIN)]
+    head = [text_of(th) for th in table.findall("./thead/tr/th")]
+    assert head[:2] == ["claim", "paper"] and head[2:] == [S._column_title(c, rows) for c in columns]
+    width = int(table.get("data-columns"))
+    assert width == len(head) == 2 + len(columns)
+    for tr in table.iter("tr"):            # every line as wide as the header (a chapter line spans it)
+        assert sum(int(c.get("colspan", 1)) for c in tr) == width
+    # the lines grouped by chapter under a thin chapter line, in the order of the rows
+    chapters = list(dict.fromkeys(r["chapter"] for r in paper))
+    assert [b.get("data-chapter") for b in table.findall("./tbody")] == chapters
+    for body in table.findall("./tbody"):
+        first = body.find("./tr")
+        assert first.get("class") == "scoreboard-chapter"
+        assert text_of(first) == f"Chapter {body.get('data-chapter')}"
+        assert first.find("./th/a").get("href") == f"{body.get('data-chapter')}.html"
+    # each line: the id (linked to the chapter's verdict) and the claim's few words, the paper's value
+    for tr, row in zip(lines, paper):
+        claim = tr.find("./th[@class='scoreboard-claim']")
+        assert claim.find("./a[@class='claim-id']").text == row["id"]
+        assert claim.find("./a").get("href") == f"{row['chapter']}.html#verdict"
+        words = text_of(claim.find("./span[@class='claim-text']"))
+        assert words and words.split()[0] in row["claim"]
+        assert text_of(tr.find("./td[@class='scoreboard-paper']")) == (
+            text_of(ET_fragment(S.inline_html(row.get("paper_value") or "—"))))
+
+
+def ET_fragment(html_text: str):
+    """A fragment of HTML parsed as XML inside a span."""
+    import xml.etree.ElementTree as ET
+
+    return ET.fromstring(f"<span>{html_text}</span>")
+
+
+def test_every_scoreboard_cell_carries_its_verdict_number_rule_and_link():
+    rows = ledger_rows()
+    tree, _ = scoreboard_tree(rows)
+    columns, groups = S.scoreboard_lines(rows)
+    shown = 0
+    for tr in tree.iter("tr"):
+        if not tr.get("data-claim"):
+            continue
+        cells = tr.findall("./td[@data-model]")
+        assert [td.get("data-model") for td in cells] == columns
+        for td in cells:
+            row = next((r for r in rows if r["id"] == tr.get("data-claim") and S.part_of(r) in ("paper", "control")
+                        and S.short_model(r["model"]) == td.get("data-model")), None)
+            classes = td.get("class").split()
+            if row is None:                 # not run on this model: an empty cell, no verdict
+                assert "scoreboard-absent" in classes and not any(c.startswith("verdict-") for c in classes)
+                assert "not run" in td.get("title") and text_of(td) == "—"
+                continue
+            shown += 1
+            assert S.css_verdict(row["verdict"]) in classes and td.get("data-verdict") == row["verdict"]
+            assert text_of(td).startswith(f"{row['verdict']} {S.number_text(row)}")
+            assert S.rule_text(row) in td.get("title") and S.plain_text(row["rule"]) in td.get("title")
+            assert "$" not in td.get("title")
+            link = td.find("./a[@class='scoreboard-link']")
+            assert link.get("href") == f"{row['chapter']}.html#verdict"
+            assert link.find("./span").get("class") == f"verdict-badge {S.css_verdict(row['verdict'])}"
+    # every paper row and every replay of it is shown once
+    assert shown == sum(S.part_of(r) in ("paper", "control") for r in rows)
+    # a missing model is there: LIM was not replayed on the stand-in
+    lim = next(tr for tr in tree.iter("tr") if tr.get("data-claim") == "LIM")
+    absent = lim.find(f"./td[@data-model='{S.short_model(STANDIN)}']")
+    assert "scoreboard-absent" in absent.get("class")
+    assert "about GPT-2" in text_of(lim.find("./th"))
+    # without a page to link to, the cell is not a link
+    bare, _ = scoreboard_tree(rows, lambda chapter: None)
+    assert not [a for a in bare.iter("a")]
+
+
+def test_a_scoreboard_cell_follows_its_rows_verdict_and_premise():
+    rows = ledger_rows()
+    rows[0] = graded("L2", {"bound_holds": 1.0, "softmax_growth": 0.5, "linear_growth": 0.5}, REAL)
+    tree, _ = scoreboard_tree(rows)
+    cell = next(td for td in tree.iter("td") if td.get("data-claim") == "L2")
+    assert S.css_verdict(rows[0]["verdict"]) in cell.get("class").split() and rows[0]["verdict"] == "refuted"
+    # MH on the model where its premise MHP is refuted says so, in the cell and on hover
+    mh = next(td for td in tree.iter("td") if td.get("data-claim") == "MH")
+    assert "premise fails" in text_of(mh) and "MHP is refuted" in mh.get("title")
+    assert S.scoreboard_html([]).startswith('<p class="scoreboard-empty">')
+
+
+def test_the_scoreboard_placeholder_is_registered_filled_and_its_page_rewritten(tmp_path):
+    from types import SimpleNamespace
+
+    (tmp_path / "intro.md").write_text("# Intro\n\n```{claims-scoreboard}\n```\n")
+    (tmp_path / "vanishing.md").write_text("# A chapter\n")
+    env = SimpleNamespace(found_docs={"intro", "vanishing"}, doc2path=lambda doc: tmp_path / f"{doc}.md")
+    assert S._ledger_docs(env) == ["intro"]
+    assert S.ScoreboardDirective.run(SimpleNamespace())[0]["kind"] == "scoreboard"
+    app = SimpleNamespace(env=SimpleNamespace(found_docs={"book/vanishing", "book/alternatives"},
+                                              doc2path=lambda doc: tmp_path / "none.md"),
+                          builder=SimpleNamespace(get_relative_uri=lambda a, b: b.split("/")[-1] + ".html"))
+    node = S.ledger_placeholder(kind="scoreboard")
+    raw = S._fill(node, ledger_rows(), app, "book/intro")
+    assert 'href="vanishing.html#verdict"' in raw.astext() and "claims-scoreboard" in raw.astext()
+
+
+def test_the_stylesheet_tints_every_verdicts_scoreboard_cell():
+    css = (S.Path(__file__).resolve().parents[2] / "book" / "_static" / "ledger.css").read_text()
+    for verdict in claims.VERDICTS:
+        assert f"table.claims-scoreboard td.{S.css_verdict(verdict)}" in css, verdict
+    assert "div.scoreboard-box { max-width: 100%; overflow-x: auto;" in css
+    assert "table-layout: fixed" in css.split("table.claims-scoreboard {")[1].split("}")[0]

@@ -1,15 +1,20 @@
 """Sphinx extension: the bottom line and the Verdicts page, built from the chapters' ledger rows.
 
-Two directives, both filled once every chapter has executed:
+The directives below are filled once every chapter has executed:
 
-* ``{claims-bottom-line}`` (the landing page and the top of the Verdicts page): one paragraph
-  saying which of the paper's claims hold and which do not, on which model, generated from the
-  ledger (:func:`bottom_line`), then the count of the paper's claims per verdict. Only claims of
-  kind ``paper`` (:class:`normlimits.claims.Claim`), each on its own row, are counted: premises,
-  the book's own results, other papers' claims, replays on control models, chosen-reading rows
-  and sensitivity rows (another protocol on the same model) are listed apart.
+* ``{claims-scoreboard}`` (first on the Verdicts page and on the landing page): one compact grid,
+  one line per claim of the paper (:func:`paper_rows`) grouped by chapter, its id and few words,
+  what the paper reports, and one cell per model coloured by its verdict, with the headline number
+  and the rule on hover, linking to the chapter's verdict (:func:`scoreboard_html`).
+* ``{claims-bottom-line}`` (under the scoreboard): at most five sentences generated from the
+  ledger (:func:`bottom_line`): how many of the paper's claims were graded on which model, how
+  many per verdict, how many hold on each model, what is graded apart and not counted; then the
+  count of the paper's claims per verdict. Only claims of kind ``paper``
+  (:class:`normlimits.claims.Claim`), each on its own row, are counted: premises, the book's own
+  results, other papers' claims, replays on control models, chosen-reading rows and sensitivity
+  rows (another protocol on the same model) are counted apart.
 * ``{verdict-legend}``: every verdict defined once (:data:`normlimits.claims.rules.VERDICT_DEFINITIONS`),
-  placed before the tables.
+  placed directly below the scoreboard, before the tables.
 * ``{claims-ledger}`` with ``:part: paper`` or ``:part: book``: one section per chapter (a
   heading with an anchor, in the page's contents), each a table with one line per claim: its id
   (linking to the chapter's verdict), the claim in a few words with what it rests on and the full
@@ -241,52 +246,70 @@ def model_words(label: str) -> str:
 
 
 def bottom_line(rows: list[dict]) -> str:
-    """The bottom line, generated from the ledger: how many claims of the paper (kind ``paper``,
-    each on its own row: :func:`paper_rows`) were graded on which model, which hold as stated,
-    which once corrected, which in part, which are refuted, not reproduced, not testable or
-    inconclusive, each claim in its few words with its id; then what is listed apart and not
-    counted (premises, with "premise fails" where one is refuted; the book's own results; other
-    papers' claims; sensitivity rows), how many claims keep their verdict on each control model
-    (another model, never the same one), and which counted claims name GPT-2's own measurements
-    (the registry's ``about``). MyST-like text (``$math$``, ``**bold**``) for
-    :func:`normlimits.core.markup.inline_html`."""
+    """The bottom line, generated from the ledger, in at most five sentences (the scoreboard,
+    :func:`scoreboard_html`, lists the claims): how many claims of the paper (kind ``paper``, each
+    on its own row: :func:`paper_rows`) were graded on which model; how many per verdict; how
+    many hold on each model of the scoreboard (:func:`holds_sentence`, with how many replays keep
+    their verdict); what is graded but not counted (premises, with "premise fails" where one is
+    refuted; the book's own results; other papers' claims; sensitivity rows); and which counted
+    claims name GPT-2's own measurements (the registry's ``about``). MyST-like text (``$math$``,
+    ``**bold**``) for :func:`normlimits.core.markup.inline_html`."""
     paper = paper_rows(rows)
     if not paper:
         return "No claim of the paper was graded in this build."
     by_model = Counter(model_words(r["model"]) for r in paper)
     where = _join([m + (f" ({n} of them)" if len(by_model) > 1 else "")
                    for m, n in by_model.most_common()])
-    parts = [f"**Bottom line.** This build graded {len(paper)} claims of the paper on {where}."]
-    counts = Counter(r["verdict"] for r in paper)
-    for verdict in verdict_order(paper):
-        chosen = [r for r in paper if r["verdict"] == verdict]
-        if not chosen:
-            continue
-        one, many = VERDICT_WORDS.get(verdict, (f"is {verdict}", f"are {verdict}"))
-        items = "; ".join(f"{r['claim']} ({r['id']})" for r in chosen)
-        parts.append(f"**{counts[verdict]} {one if counts[verdict] == 1 else many}**: {items}.")
+    parts = [f"**Bottom line.** This build graded {len(paper)} claims of the paper on {where}.",
+             verdict_counts_sentence(paper), holds_sentence(rows)]
     apart = _apart_sentence(rows)
     if apart:
         parts.append(apart)
-    own = {(r["id"], model_setting(r["model"])): r for r in paper}
-    first = {r["id"]: r for r in paper}
-    controls = [r for r in rows if part_of(r) == "control" and r["id"] in first
-                and (r["id"], model_setting(r["model"])) not in own]
-    for name in dict.fromkeys(model_name(r["model"]) for r in controls):
-        replayed = [r for r in controls if model_name(r["model"]) == name]
-        differ = [r for r in replayed if r["verdict"] != first[r["id"]]["verdict"]]
-        text = (f"Replayed on {name} by the same rules, "
-                f"{len(replayed) - len(differ)} of {len(replayed)} of these claims keep their verdict")
-        if differ:
-            text += "; " + "; ".join(f"{r['id']} is {r['verdict']} there ({first[r['id']]['verdict']} above)"
-                                     for r in differ)
-        parts.append(text + ".")
     gpt2 = [r["id"] for r in paper if about_gpt2(r) and not on_paper_model(r)]
     if gpt2:
         parts.append(f"{_join(gpt2)} {'names' if len(gpt2) == 1 else 'name'} GPT-2's own measurements "
                      "and, measured here on another model, can be not reproduced but never refuted: "
                      f"{'its verdict is' if len(gpt2) == 1 else 'their verdicts are'} about that model.")
     return " ".join(parts)
+
+
+def verdict_words(verdict: str, count: int) -> str:
+    """``count`` claims' verdict in words (:data:`VERDICT_WORDS`): ``2 are refuted``."""
+    one, many = VERDICT_WORDS.get(verdict, (f"is {verdict}", f"are {verdict}"))
+    return f"{count} {one if count == 1 else many}"
+
+
+def verdict_counts_sentence(paper: list[dict]) -> str:
+    """One sentence counting the paper's claims (their own rows) per verdict, in the registry's
+    order: ``Of these, **3 hold as stated** and **2 are refuted**.``"""
+    counts = Counter(r["verdict"] for r in paper)
+    return "Of these, " + _join([f"**{verdict_words(v, counts[v])}**"
+                                 for v in verdict_order(paper) if counts[v]]) + "."
+
+
+#: the verdicts by which a claim holds (as stated, or once its statement is repaired)
+HOLDS = ("confirmed", "corrected")
+
+
+def holds_sentence(rows: list[dict]) -> str:
+    """One sentence: on each model column of the scoreboard (:func:`scoreboard_lines`), how many
+    of the claims shown there hold (:data:`HOLDS`), and how many of those replayed there from
+    another model (control rows) keep the verdict of the claim's own row."""
+    columns, groups = scoreboard_lines(rows)
+    lines = [line for _, chapter_lines in groups for line in chapter_lines]
+    items = []
+    for i, column in enumerate(columns):
+        cells = [(line_own(line), line["rows"][column]) for line in lines if column in line["rows"]]
+        held = sum(row["verdict"] in HOLDS for _, row in cells)
+        text = f"{held} of {len(cells)}" + (" hold as stated or once corrected" if i == 0 else "") \
+            + f" on {model_name(column)}"
+        replays = [(own, row) for own, row in cells if row is not own]
+        if replays:
+            kept = sum(row["verdict"] == own["verdict"] for own, row in replays)
+            text += (f" ({kept} of the {len(replays)} replayed there by the same rules keep "
+                     "their verdict)")
+        items.append(text)
+    return "Model by model, " + _join(items) + "."
 
 
 def premise_fails(rows: list[dict], row: dict) -> dict | None:
@@ -421,9 +444,7 @@ def chapter_table_html(rows: list[dict], chapter_uri: str | None) -> str:
     for line in lines:
         line_rows = list(line["rows"].values())
         first = line_rows[0]
-        label = html.escape(line_label(first))
-        ident = f'<a class="claim-id" href="{html.escape(chapter_uri)}#verdict">{label}</a>' \
-            if chapter_uri else f'<span class="claim-id">{label}</span>'
+        ident = _claim_id_html(line_label(first), chapter_uri)
         head = headline(first)
         claim = (f'<span class="claim-text">{inline_html(first["claim"])}</span>'
                  f'<span class="claim-rests">rests on: {inline_html(head["statistic"])}; rule '
@@ -481,10 +502,111 @@ def legend_html() -> str:
     return f'<dl class="verdict-legend">{items}</dl>'
 
 
+def scoreboard_lines(rows: list[dict]) -> tuple[list[str], list[tuple[str, list[dict]]]]:
+    """The scoreboard's layout: (model columns, [(chapter, lines)]). Each chapter's paper and
+    control rows are laid out by :func:`table_lines`, and only the lines holding a claim's own row
+    counted as the paper's (:func:`paper_rows`) are kept: one line per claim of the paper, its
+    replays on the control models in the other columns; premises, the book's own and cited
+    claims, chosen readings and sensitivity rows are not shown. The columns are every chapter's
+    columns, in order of first appearance; chapters in the order of their rows."""
+    shown = [r for r in rows if part_of(r) in ("paper", "control")]
+    columns: list[str] = []
+    groups = []
+    for chapter in dict.fromkeys(r["chapter"] for r in paper_rows(rows)):
+        chapter_columns, lines = table_lines([r for r in shown if r["chapter"] == chapter])
+        columns += [c for c in chapter_columns if c not in columns]
+        groups.append((chapter, [ln for ln in lines if any(part_of(r) == "paper" for r in ln["rows"].values())]))
+    return columns, groups
+
+
+def line_own(line: dict) -> dict:
+    """A scoreboard line's own row: the claim's row counted as the paper's."""
+    return next(r for r in line["rows"].values() if part_of(r) == "paper")
+
+
+def plain_text(text: str) -> str:
+    """MyST-like text without its markup (``$``, backticks, ``**``), for a ``title`` attribute:
+    the TeX of a formula stays as written."""
+    return re.sub(r"(?<!\\)\$|`|\*\*", "", text).replace("\\$", "$")
+
+
+def _claim_id_html(label: str, chapter_uri: str | None) -> str:
+    """A claim's id, linked to its chapter's verdict section when the chapter's page is known."""
+    label = html.escape(label)
+    return (f'<a class="claim-id" href="{html.escape(chapter_uri)}#verdict">{label}</a>'
+            if chapter_uri else f'<span class="claim-id">{label}</span>')
+
+
+def scoreboard_cell_html(row: dict | None, column: str, rows: list[dict], chapter_uri: str | None) -> str:
+    """One scoreboard cell: a ``<td>`` of class ``scoreboard-cell`` and the verdict's class
+    (:func:`css_verdict`), holding the verdict badge and the headline number (:func:`number_text`),
+    "premise fails" where the claim's premise is refuted on that model, a ``title`` stating what
+    the verdict rests on and the rule in plain text, and a link to the chapter's verdict; an
+    empty cell (``scoreboard-absent``, "not run") where the claim was not run on that model."""
+    if row is None:
+        return (f'<td class="scoreboard-cell scoreboard-absent" data-model="{html.escape(column)}" '
+                'title="not run on this model"><span aria-label="not run">—</span></td>')
+    head = headline(row)
+    premise = premise_fails(rows, row)
+    title = (f"{row['verdict']} on {short_model(row['model'])}: rests on {plain_text(head['statistic'])}; "
+             f"rule {rule_text(row)}. Rule: {plain_text(row['rule'])}"
+             + (f" Premise fails: {premise['id']} is refuted on this model." if premise else ""))
+    body = (badge_html(row["verdict"]) + f' <span class="verdict-number">{html.escape(number_text(row))}</span>'
+            + ('<span class="scoreboard-note">premise fails</span>' if premise else ""))
+    link = (f'<a class="scoreboard-link" href="{html.escape(chapter_uri)}#verdict">{body}</a>'
+            if chapter_uri else f'<span class="scoreboard-link">{body}</span>')
+    return (f'<td class="scoreboard-cell {css_verdict(row["verdict"])}" data-claim="{html.escape(row["id"])}" '
+            f'data-model="{html.escape(column)}" data-verdict="{html.escape(row["verdict"])}" '
+            f'title="{html.escape(title, quote=True)}">{link}</td>')
+
+
+def scoreboard_claim_html(own: dict, chapter_uri: str | None) -> str:
+    """A scoreboard line's first cell (a row header): the claim's id, linked to its chapter's
+    verdict, its few words, and "about GPT-2" when it names GPT-2's own measurements and was
+    measured on another model (there it can be not reproduced, never refuted)."""
+    gpt2 = ('<span class="scoreboard-note" title="names GPT-2\'s own measurements: measured on another '
+            'model it can be not reproduced, never refuted">about GPT-2</span>'
+            if about_gpt2(own) and not on_paper_model(own) else "")
+    return (f'<th scope="row" class="scoreboard-claim">{_claim_id_html(own["id"], chapter_uri)} '
+            f'<span class="claim-text">{inline_html(own["claim"])}</span>{gpt2}</th>')
+
+
+def scoreboard_html(rows: list[dict], chapter_uri=lambda chapter: None, chapter_title=lambda chapter: chapter) -> str:
+    """The scoreboard: one compact table (class ``claims-scoreboard``, in a box that scrolls
+    sideways on a narrow screen), one ``<tbody>`` per chapter under a thin header line with the
+    chapter's title (``chapter_title(chapter)``), one line per claim of the paper
+    (:func:`scoreboard_lines`): the claim (:func:`scoreboard_claim_html`), what the paper reports,
+    and one cell per model column (:func:`scoreboard_cell_html`). ``chapter_uri(chapter)`` is the
+    relative link to a chapter's page, or None. The table declares its column count
+    (``data-columns``)."""
+    columns, groups = scoreboard_lines(rows)
+    if not groups:
+        return '<p class="scoreboard-empty">No claim of the paper was graded in this build.</p>'
+    width = 2 + len(columns)
+    head = ('<th scope="col" class="claim-column">claim</th><th scope="col" class="paper-column">paper</th>'
+            + "".join(f'<th scope="col" class="model-column">{html.escape(_column_title(c, rows))}</th>'
+                      for c in columns))
+    bodies = []
+    for chapter, lines in groups:
+        uri = chapter_uri(chapter)
+        title = html.escape(chapter_title(chapter))
+        name = f'<a href="{html.escape(uri)}">{title}</a>' if uri else title
+        body = [f'<tr class="scoreboard-chapter"><th scope="rowgroup" colspan="{width}">{name}</th></tr>']
+        for line in lines:
+            own = line_own(line)
+            paper = f'<td class="scoreboard-paper">{inline_html(own.get("paper_value") or "—")}</td>'
+            cells = "".join(scoreboard_cell_html(line["rows"].get(c), c, rows, uri) for c in columns)
+            body.append(f'<tr data-claim="{html.escape(own["id"])}">'
+                        f"{scoreboard_claim_html(own, uri)}{paper}{cells}</tr>")
+        bodies.append(f'<tbody data-chapter="{html.escape(chapter)}">{"".join(body)}</tbody>')
+    return (f'<div class="scoreboard-box"><table class="claims-scoreboard scoreboard-models-{len(columns)}" '
+            f'data-columns="{width}"><thead><tr>{head}</tr></thead>{"".join(bodies)}</table></div>')
+
+
 # --- Sphinx ------------------------------------------------------------------------------------
 
 class ledger_placeholder(nodes.General, nodes.Element):
-    """Replaced once every chapter has executed: ``kind`` is ``bottom-line``, ``counts`` (the
+    """Replaced once every chapter has executed: ``kind`` is ``scoreboard``, ``bottom-line``, ``counts`` (the
     rows not counted as the paper's), ``legend``, ``download`` or ``chapter`` (with ``chapter``)."""
 
 
@@ -507,6 +629,13 @@ class BottomLineDirective(SphinxDirective):
 
     def run(self):
         return [ledger_placeholder(kind="bottom-line")]
+
+
+class ScoreboardDirective(SphinxDirective):
+    """``{claims-scoreboard}``: one line per claim of the paper, one cell per model (:func:`scoreboard_html`)."""
+
+    def run(self):
+        return [ledger_placeholder(kind="scoreboard")]
 
 
 class VerdictLegendDirective(SphinxDirective):
@@ -561,6 +690,12 @@ def _uri(app, fromdocname: str, target: str) -> str:
     return posixpath.relpath(target, posixpath.dirname(page) or ".")
 
 
+def _chapter_uri(app, fromdocname: str, chapter: str) -> str | None:
+    """The relative link from page ``fromdocname`` to a chapter's page, or None if not built."""
+    doc = next((d for d in app.env.found_docs if Path(d).name == chapter), None)
+    return app.builder.get_relative_uri(fromdocname, doc) if doc else None
+
+
 def _fill(node, rows: list[dict], app, fromdocname: str) -> nodes.Node:
     kind = node["kind"]
     if kind == "bottom-line":
@@ -574,13 +709,15 @@ def _fill(node, rows: list[dict], app, fromdocname: str) -> nodes.Node:
                 f'rule, in one file: <a href="{html.escape(_uri(app, fromdocname, LEDGER_FILE))}" '
                 f'download>{LEDGER_FILE}</a> ({len(rows)} rows; re-grade them with '
                 f"<code>normlimits.claims.regrade</code>).</p>")
+    elif kind == "scoreboard":
+        text = scoreboard_html(rows, lambda chapter: _chapter_uri(app, fromdocname, chapter),
+                               lambda chapter: _source_title(app.env, chapter))
     else:
         chapter = node["chapter"]
         chapter_rows = [r for r in rows if r["chapter"] == chapter]
         if not chapter_rows:
             return nodes.paragraph(text="No verdicts recorded for this chapter in this build.")
-        doc = next((d for d in app.env.found_docs if Path(d).name == chapter), None)
-        uri = app.builder.get_relative_uri(fromdocname, doc) if doc else None
+        uri = _chapter_uri(app, fromdocname, chapter)
         text = chapter_counts_html(chapter_rows) + chapter_table_html(chapter_rows, uri)
     return nodes.raw("", text, format="html")
 
@@ -590,7 +727,7 @@ def _resolve(app, doctree, fromdocname):
     if not placeholders:
         return
     rows = _rows(app)
-    if any(p["kind"] not in ("bottom-line", "legend") for p in placeholders):
+    if any(p["kind"] not in ("scoreboard", "bottom-line", "legend") for p in placeholders):
         for missing in claims.missing_claims(rows, _chapters(app)):
             logger.warning(f"claims ledger: no verdict recorded for {missing}", location=fromdocname)
     for node in placeholders:
@@ -606,14 +743,15 @@ def _write_json(app, exception):
 
 
 def _ledger_docs(env) -> list[str]:
-    """Documents that hold a ledger directive (the Verdicts page, the landing page)."""
+    """Documents that hold a ledger directive (the Verdicts page, the landing page): the
+    tables, the scoreboard or the bottom line."""
     found = []
     for doc in env.found_docs:
         try:
             text = Path(env.doc2path(doc)).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        if "{claims-ledger}" in text or "{claims-bottom-line}" in text:
+        if any(name in text for name in ("{claims-ledger}", "{claims-bottom-line}", "{claims-scoreboard}")):
             found.append(doc)
     return sorted(found)
 
@@ -630,8 +768,9 @@ def setup(app):
     app.add_node(ledger_placeholder)
     app.add_directive("claims-ledger", ClaimsLedgerDirective)
     app.add_directive("claims-bottom-line", BottomLineDirective)
+    app.add_directive("claims-scoreboard", ScoreboardDirective)
     app.add_directive("verdict-legend", VerdictLegendDirective)
     app.connect("env-get-outdated", _outdated)
     app.connect("doctree-resolved", _resolve)
     app.connect("build-finished", _write_json)
-    return {"version": "3", "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"version": "4", "parallel_read_safe": True, "parallel_write_safe": True}
