@@ -180,6 +180,24 @@ async () => {
     bottomLine: (document.querySelector('p.bottom-line') || {textContent: ''}).textContent.replace(/\s+/g, ' ').trim(),
     summaryFirst: (() => { const s = document.querySelector('p.bottom-line'), t = document.querySelector('table.claims-ledger');
                            return !!s && !!t && !!(s.compareDocumentPosition(t) & Node.DOCUMENT_POSITION_FOLLOWING); })(),
+    // the scoreboard (one line per claim of the paper, one cell per model): its lines, its cells
+    // (coloured by the verdict's class, with the badge and a title), where it stands on the page
+    scoreboard: (() => {
+      const t = document.querySelector('table.claims-scoreboard');
+      if (!t) return null;
+      const box = t.closest('div.scoreboard-box') || t, next = box.nextElementSibling;
+      const b = document.querySelector('p.bottom-line'), l = document.querySelector('table.claims-ledger');
+      const after = e => !!e && !!(box.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING);
+      const css = v => 'verdict-' + v.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+|-+$/g, '');
+      return {claims: [...t.querySelectorAll('tbody tr[data-claim]')].map(tr => tr.dataset.claim),
+              cells: [...t.querySelectorAll('td.scoreboard-cell[data-verdict]')].map(td => ({
+                claim: td.dataset.claim, verdict: td.dataset.verdict,
+                coloured: td.classList.contains(css(td.dataset.verdict)),
+                badge: (td.querySelector('.verdict-badge') || {textContent: ''}).textContent.trim(),
+                titled: !!(td.getAttribute('title') || '').trim()})),
+              beforeBottomLine: after(b), beforeTables: !l || after(l),
+              legendNext: !!next && next.matches('dl.verdict-legend')};
+    })(),
     chapterSections: [...document.querySelectorAll('section.verdict-chapter')].map(sec => ({id: sec.id,
       headerlink: !!sec.querySelector(':scope > h1 a.headerlink, :scope > h2 a.headerlink, :scope > h3 a.headerlink, :scope > h4 a.headerlink'),
       inContents: !![...document.querySelectorAll('nav.contents a, div.contents a, .topic.contents a')]
@@ -538,11 +556,35 @@ def paper_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r.get("claim_kind") == "paper" and not r.get("variant")]
 
 
+def scoreboard_problems(rel: str, board: dict | None, paper: list[dict]) -> list[str]:
+    """A page's scoreboard against the paper's claims of ``ledger.json``: there, before the bottom
+    line, one line per claim of the paper, each claim's own verdict among its cells, every cell
+    coloured by its verdict's class, with that verdict's badge and a title (the rule on hover)."""
+    if board is None:
+        return [f"{rel}: no scoreboard (the {{claims-scoreboard}} directive)"]
+    found = []
+    if not board["beforeBottomLine"]:
+        found.append(f"{rel}: the scoreboard does not come before the bottom line")
+    if sorted(board["claims"]) != sorted(r["id"] for r in paper):
+        found.append(f"{rel}: the scoreboard has {len(board['claims'])} lines, ledger.json {len(paper)} "
+                     "claims of the paper")
+    shown = {(c["claim"], c["verdict"]) for c in board["cells"]}
+    missing = sorted({(r["id"], r["verdict"]) for r in paper} - shown)
+    if missing:
+        found.append(f"{rel}: the scoreboard lacks the paper's own verdicts {missing[:5]}")
+    for cell in board["cells"]:
+        if not cell["coloured"] or cell["badge"] != cell["verdict"] or not cell["titled"]:
+            found.append(f"{rel}: scoreboard cell {cell} is not coloured by its verdict, lacks its badge "
+                         "or its title")
+    return found
+
+
 def verdict_problems(build: Path, html: Path, pages: dict) -> list[str]:
     """The Verdicts page and the landing page against ``_build/ledger.json``: one page of tables;
-    the bottom line first, the same on both pages; the paper's counts equal the ledger's; every
-    row shown once with its verdict; anchored chapter sections in the page's contents; the
-    ledger downloadable from the page, equal to the build's."""
+    the scoreboard first on both pages (the legend directly below it on the Verdicts page), then
+    the bottom line, the same on both pages; the paper's counts equal the ledger's; every row shown
+    once with its verdict; anchored chapter sections in the page's contents; the ledger
+    downloadable from the page, equal to the build's."""
     found: list[str] = []
     ledger_path = build / "ledger.json"
     if not ledger_path.is_file():
@@ -560,6 +602,12 @@ def verdict_problems(build: Path, html: Path, pages: dict) -> list[str]:
     if not page.get("summaryFirst"):
         found.append(f"{rel}: the bottom line does not come before the tables")
     paper = paper_rows(rows)
+    found.extend(scoreboard_problems(rel, page.get("scoreboard"), paper))
+    board = page.get("scoreboard") or {}
+    if board and not board["beforeTables"]:
+        found.append(f"{rel}: the scoreboard does not come before the tables")
+    if board and not board["legendNext"]:
+        found.append(f"{rel}: the verdict legend is not directly below the scoreboard")
     summary = page.get("paperSummary") or {}
     if summary.get("total") != len(paper):
         found.append(f"{rel}: the paper's claims are counted {summary.get('total')}, ledger.json has {len(paper)}")
@@ -603,6 +651,7 @@ def verdict_problems(build: Path, html: Path, pages: dict) -> list[str]:
             found.append(f"{other}: its bottom line differs from the Verdicts page's")
         if (pages[other].get("paperSummary") or {}).get("total") != len(paper):
             found.append(f"{other}: the paper's counts are missing or differ from the ledger's")
+        found.extend(scoreboard_problems(other, pages[other].get("scoreboard"), paper))
     return found
 
 
