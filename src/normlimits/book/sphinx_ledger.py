@@ -52,7 +52,7 @@ from sphinx.util.docutils import SphinxDirective
 from normlimits import claims
 from normlimits.claims import ledger
 from normlimits.claims import CHAPTER_MODULES, VERDICTS, Criterion, readings_words
-from normlimits.claims.rules import VERDICT_DEFINITIONS
+from normlimits.claims.rules import VERDICT_DEFINITIONS, plain_text
 from normlimits.core.markup import html_table, inline_html, significant, units_of, with_interval
 from normlimits.core.cache import atomic_write_json
 
@@ -522,12 +522,6 @@ def scoreboard_lines(rows: list[dict]) -> tuple[list[str], list[tuple[str, list[
 def line_own(line: dict) -> dict:
     """A scoreboard line's own row: the claim's row counted as the paper's."""
     return next(r for r in line["rows"].values() if part_of(r) == "paper")
-
-
-def plain_text(text: str) -> str:
-    """MyST-like text without its markup (``$``, backticks, ``**``), for a ``title`` attribute:
-    the TeX of a formula stays as written."""
-    return re.sub(r"(?<!\\)\$|`|\*\*", "", text).replace("\\$", "$")
 
 
 def _claim_id_html(label: str, chapter_uri: str | None) -> str:
