@@ -434,3 +434,27 @@ def test_the_stylesheet_tints_every_verdicts_scoreboard_cell():
         assert f"table.claims-scoreboard td.{S.css_verdict(verdict)}" in css, verdict
     assert "div.scoreboard-box { max-width: 100%; overflow-x: auto;" in css
     assert "table-layout: fixed" in css.split("table.claims-scoreboard {")[1].split("}")[0]
+
+
+GEMMA = "gemma3-270m (268.1M params)"
+
+
+def test_claims_graded_on_two_real_families_are_counted_as_holding_on_both_one_or_neither():
+    rows = ledger_rows()
+    # replays of C1 (corrected on SmolLM2), NU and LIM on Gemma 3: C1 holds there too, NU and LIM not
+    rows += [graded("C1", C1_LITERAL, GEMMA, variant="gemma3-270m"),
+             graded("NU", {"exponent": -0.9, "entropy": 0.5, "regime": 0.9}, GEMMA, variant="gemma3-270m"),
+             graded("LIM", {"closeness": 0.0003, "paper_model": 0}, GEMMA, variant="gemma3-270m")]
+    on = {r["id"]: {S.model_setting(x["model"]): x["verdict"] for x in rows if x["id"] == r["id"]}
+          for r in S.paper_rows(rows)}
+    both = [c for c in on if {"smollm2-135m", "gemma3-270m"} <= set(on[c])]
+    assert both == ["C1", "NU", "LIM"]
+    held = {c: [on[c][m] in S.HOLDS for m in ("smollm2-135m", "gemma3-270m")] for c in both}
+    every, none = sum(all(h) for h in held.values()), sum(not any(h) for h in held.values())
+    text = S.holds_sentence(rows)
+    assert (f"of the 3 claims graded on SmolLM2-135M and Gemma 3 270M, {every} hold on both, "
+            f"{3 - every - none} on one and {none} on neither.") in text, text
+    assert every >= 1                                      # C1 holds (corrected) on both
+    assert sentences(S.bottom_line(rows)) <= 5
+    # one real family: no such clause
+    assert "on both" not in S.holds_sentence(ledger_rows())

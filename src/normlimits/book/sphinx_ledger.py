@@ -80,6 +80,7 @@ VERDICT_WORDS = {
 MODEL_WORDS = {
     "gpt2": "GPT-2 124M, the paper's model",
     "smollm2-135m": "SmolLM2-135M, a real pretrained model of GPT-2's size (not the paper's GPT-2 124M)",
+    "gemma3-270m": "Gemma 3 270M, a second real pretrained family (not the paper's GPT-2 124M)",
     "standin": "the stand-in, a small GPT-2 trained here on the corpus (not the paper's model)",
     "standin-rope": "the RoPE stand-in, a small Llama trained here (not the paper's model)",
     "gpt2-random": "GPT-2 124M's architecture with random weights (timing only)",
@@ -87,7 +88,8 @@ MODEL_WORDS = {
 
 
 #: a model setting's short name, used wherever a sentence names a model again
-MODEL_NAMES = {"gpt2": "GPT-2 124M", "smollm2-135m": "SmolLM2-135M", "standin": "the stand-in",
+MODEL_NAMES = {"gpt2": "GPT-2 124M", "smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma 3 270M",
+               "standin": "the stand-in",
                "standin-rope": "the RoPE stand-in", "gpt2-random": "random-weight GPT-2"}
 #: how the page names the groups of rows that are not counted as the paper's claims
 APART = {
@@ -289,6 +291,9 @@ def verdict_counts_sentence(paper: list[dict]) -> str:
 
 #: the verdicts by which a claim holds (as stated, or once its statement is repaired)
 HOLDS = ("confirmed", "corrected")
+#: the model settings of real pretrained families (trained by their authors, not here): a claim
+#: graded on two of them is counted as holding on both, one or neither of them
+REAL_FAMILIES = ("gpt2", "smollm2-135m", "gemma3-270m")
 
 
 def holds_sentence(rows: list[dict]) -> str:
@@ -309,7 +314,24 @@ def holds_sentence(rows: list[dict]) -> str:
             text += (f" ({kept} of the {len(replays)} replayed there by the same rules keep "
                      "their verdict)")
         items.append(text)
-    return "Model by model, " + _join(items) + "."
+    return "Model by model, " + _join(items) + families_clause(columns, lines) + "."
+
+
+def families_clause(columns: list[str], lines: list[dict]) -> str:
+    """The end of :func:`holds_sentence` where the scoreboard has two or more real families
+    (:data:`REAL_FAMILIES`): of the claims graded on every one of them, how many hold
+    (:data:`HOLDS`) on all, on some and on none; an empty string otherwise."""
+    real = [c for c in columns if model_setting(c) in REAL_FAMILIES]
+    if len(real) < 2:
+        return ""
+    graded = [[line["rows"][c]["verdict"] in HOLDS for c in real]
+              for line in lines if all(c in line["rows"] for c in real)]
+    every = sum(all(held) for held in graded)
+    none = sum(not any(held) for held in graded)
+    which = _join([model_name(c) for c in real])
+    words = ("both", "one", "neither") if len(real) == 2 else ("all", "some", "none")
+    return (f"; of the {len(graded)} claims graded on {which}, {every} hold on {words[0]}, "
+            f"{len(graded) - every - none} on {words[1]} and {none} on {words[2]}")
 
 
 def premise_fails(rows: list[dict], row: dict) -> dict | None:
