@@ -458,3 +458,27 @@ def test_claims_graded_on_two_real_families_are_counted_as_holding_on_both_one_o
     assert sentences(S.bottom_line(rows)) <= 5
     # one real family: no such clause
     assert "on both" not in S.holds_sentence(ledger_rows())
+
+
+def test_a_chapters_verdict_card_holds_its_own_claims_on_every_model_and_points_to_its_verdict():
+    from types import SimpleNamespace
+
+    rows = ledger_rows()
+    directive = SimpleNamespace(env=SimpleNamespace(docname="book/vanishing"))
+    node = S.ChapterVerdictsDirective.run(directive)[0]
+    assert (node["kind"], node["chapter"]) == ("card", "vanishing")
+    app = SimpleNamespace(env=SimpleNamespace(found_docs={"book/vanishing", "book/verdicts"},
+                                              doc2path=lambda doc: Path("none.md")),
+                          builder=SimpleNamespace(get_relative_uri=lambda a, b: b.split("/")[-1] + ".html"))
+    text = S._fill(node, rows, app, "book/vanishing").astext()
+    own = [r["id"] for r in S.paper_rows(rows) if r["chapter"] == "vanishing"]
+    other = [r["id"] for r in S.paper_rows(rows) if r["chapter"] != "vanishing"]
+    assert own and other
+    assert re.findall(r'<tr data-claim="([^"]+)"', text) == own      # its own claims only, once each
+    assert 'href="vanishing.html#verdict"' in text and 'href="verdicts.html"' in text
+    assert "scoreboard-chapter" not in text                       # one chapter: no chapter header line
+    # the control model's replay of C1 sits in its own column of the card
+    assert text.count('class="model-column"') == 2
+    # a chapter with no claim of the paper says so instead of drawing an empty table
+    empty = S.chapter_card_html(rows, "cost", "cost.html", "verdicts.html")
+    assert "verdict-card-empty" in empty and "<table" not in empty

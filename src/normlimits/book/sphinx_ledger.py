@@ -619,6 +619,27 @@ def scoreboard_html(rows: list[dict], chapter_uri=lambda chapter: None, chapter_
             f'data-columns="{width}"><thead><tr>{head}</tr></thead>{"".join(bodies)}</table></div>')
 
 
+def chapter_card_html(rows: list[dict], chapter: str, chapter_uri: str | None,
+                      verdicts_uri: str | None) -> str:
+    """A chapter's verdict card (class ``verdict-card``): one line per claim of the paper graded
+    in ``chapter``, what the paper says, and each model's verdict and number, as on the
+    scoreboard (:func:`scoreboard_html` on the chapter's own rows: the control models' replays
+    included), above one sentence that points to the chapter's verdict section and to the
+    legend. A chapter with no claim of the paper says so."""
+    own = [r for r in rows if r["chapter"] == chapter]
+    if not paper_rows(own):
+        return ('<div class="verdict-card verdict-card-empty"><p>No claim of the paper is graded in '
+                "this chapter in this build.</p></div>")
+    table = scoreboard_html(own, lambda _: chapter_uri)
+    table = re.sub(r'<tr class="scoreboard-chapter">.*?</tr>', "", table, count=1)   # one chapter: no header line
+    lead = ('<p class="verdict-card-lead"><strong>At a glance.</strong> The paper\'s claims in this '
+            "chapter, what the paper reports, and the verdict on each model by the claim's registered "
+            f'rule (hover a cell for the rule). The evidence is in <a href="{html.escape(chapter_uri or "")}#verdict">'
+            f'the verdict section</a> at the end; every verdict is defined in <a href="{html.escape(verdicts_uri or "")}">'
+            "the Verdicts page's legend</a>.</p>")
+    return f'<div class="verdict-card">{lead}{table}</div>'
+
+
 # --- Sphinx ------------------------------------------------------------------------------------
 
 class ledger_placeholder(nodes.General, nodes.Element):
@@ -652,6 +673,14 @@ class ScoreboardDirective(SphinxDirective):
 
     def run(self):
         return [ledger_placeholder(kind="scoreboard")]
+
+
+class ChapterVerdictsDirective(SphinxDirective):
+    """``{chapter-verdicts}``: the verdict card atop a chapter: its own lines of the scoreboard
+    (:func:`chapter_card_html`), filled once every chapter has executed."""
+
+    def run(self):
+        return [ledger_placeholder(kind="card", chapter=Path(self.env.docname).name)]
 
 
 class VerdictLegendDirective(SphinxDirective):
@@ -725,6 +754,10 @@ def _fill(node, rows: list[dict], app, fromdocname: str) -> nodes.Node:
                 f'rule, in one file: <a href="{html.escape(_uri(app, fromdocname, LEDGER_FILE))}" '
                 f'download>{LEDGER_FILE}</a> ({len(rows)} rows; re-grade them with '
                 f"<code>normlimits.claims.regrade</code>).</p>")
+    elif kind == "card":
+        chapter = node["chapter"]
+        text = chapter_card_html(rows, chapter, _chapter_uri(app, fromdocname, chapter),
+                                 _chapter_uri(app, fromdocname, "verdicts"))
     elif kind == "scoreboard":
         text = scoreboard_html(rows, lambda chapter: _chapter_uri(app, fromdocname, chapter),
                                lambda chapter: _source_title(app.env, chapter))
@@ -743,7 +776,7 @@ def _resolve(app, doctree, fromdocname):
     if not placeholders:
         return
     rows = _rows(app)
-    if any(p["kind"] not in ("scoreboard", "bottom-line", "legend") for p in placeholders):
+    if any(p["kind"] not in ("scoreboard", "bottom-line", "legend", "card") for p in placeholders):
         for missing in claims.missing_claims(rows, _chapters(app)):
             logger.warning(f"claims ledger: no verdict recorded for {missing}", location=fromdocname)
     for node in placeholders:
@@ -786,6 +819,7 @@ def setup(app):
     app.add_directive("claims-bottom-line", BottomLineDirective)
     app.add_directive("claims-scoreboard", ScoreboardDirective)
     app.add_directive("verdict-legend", VerdictLegendDirective)
+    app.add_directive("chapter-verdicts", ChapterVerdictsDirective)
     app.connect("env-get-outdated", _outdated)
     app.connect("doctree-resolved", _resolve)
     app.connect("build-finished", _write_json)
