@@ -1,0 +1,95 @@
+"""Why two real families disagree on a claim: candidate causes, each measured, never guessed.
+
+Where a claim's verdict differs between two real pretrained families (SmolLM2-135M and Gemma 3
+270M), a candidate cause is tested by changing the one thing it names, on the captures of each
+model, and measuring the claim's statistic again with the same yardstick code
+(:mod:`normlimits.audit.yardsticks`). Two such changes are implemented, with the quantities a
+reader needs to judge a third:
+
+- **head size**: the value vectors (the vectors whose geometry N_s counts) projected onto a random
+  ``dim``-dimensional subspace (one orthonormal basis per model and size, seeded), for every
+  ``dim`` up to the model's head size (:func:`project_values`); if the two models' statistics
+  agree at equal ``dim``, the head size accounts for their difference;
+- **local against global layers**: the yardstick on a model's sliding-window layers alone and on
+  its global layers alone (:func:`keep_layers`; a model without local layers has one group);
+- **attention sinks**: the share of each head's weight on the first key, averaged over the query
+  rows (:func:`sink_shares`), so the models' sink heads can be compared.
+
+Grouped keys are not a separate change: with one key/value head every query head of a layer
+shares its value vectors, which the per-head statistics already see. The 4-bit quantisation is
+bounded on the stand-in, whose full-precision weights exist (its round trip, on the stand-in
+page), not here.
+
+Shapes: a capture's ``values`` are [layers, H, L, d]; :func:`sink_shares` returns [layers, H].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Sequence
+
+import torch
+
+from normlimits.audit.yardsticks import AuditConfig, separability
+
+__all__ = ["project_values", "keep_layers", "sink_shares", "separability_level", "head_size_curve"]
+
+
+def project_values(capture, dim: int, seed: int = 0):
+    """``capture`` with its value vectors [..., d] replaced by their coordinates in a random
+    ``dim``-dimensional subspace of R^d ([..., dim]; the same orthonormal basis for every layer,
+    head and window of one call, drawn from ``seed``). ``dim == d`` returns the capture unchanged."""
+    d = int(capture.values.shape[-1])
+    if not 1 <= dim <= d:
+        raise ValueError(f"dim={dim}: project onto 1..{d} dimensions (the head size is {d}).")
+    if dim == d:
+        return capture
+    generator = torch.Generator().manual_seed(seed)
+    gaussian = torch.randn(d, dim, generator=generator, dtype=torch.float64)
+    basis, _ = torch.linalg.qr(gaussian)                       # [d, dim], orthonormal columns
+    values = (capture.values.double() @ basis).to(capture.values.dtype)
+    return dataclasses.replace(capture, values=values)
+
+
+def keep_layers(capture, layers: Sequence[int]):
+    """``capture`` restricted to ``layers`` (indices into its layer axis, the first axis of every
+    per-layer field: queries, keys, values, hidden states, the scale and any per-layer window)."""
+    n_layers = int(capture.queries.shape[0])
+    picked = list(layers)
+    if not picked or min(picked) < 0 or max(picked) >= n_layers:
+        raise ValueError(f"layers={picked}: choose at least one of 0..{n_layers - 1}.")
+    index = torch.tensor(picked, dtype=torch.long)
+    changes = {}
+    for field in dataclasses.fields(capture):
+        value = getattr(capture, field.name)
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == n_layers:
+            changes[field.name] = value.index_select(0, index.to(value.device))
+        elif isinstance(value, (tuple, list)) and len(value) == n_layers:
+            changes[field.name] = type(value)(value[i] for i in picked)
+    return dataclasses.replace(capture, **changes)
+
+
+def sink_shares(capture, rows: Sequence[int] | None = None) -> torch.Tensor:
+    """Each head's mean weight on the first key over the query ``rows`` (default: every row from
+    the 8th on, so the first rows, which see only a few keys, do not dominate): [layers, H]."""
+    if rows is None:
+        rows = range(min(8, capture.length - 1), capture.length)
+    weights = capture.weights(list(rows))                        # [layers, H, R, L]
+    return weights[..., 0].float().mean(-1)
+
+
+def separability_level(captures: Iterable, config: AuditConfig, model: str) -> float:
+    """F3's statistic (the plateau level of the median head's N_s/N) on ``captures``, by the
+    audit's separability yardstick (the separability chapter's functions)."""
+    measured = separability(list(captures), config, model)
+    (row,) = measured.rows
+    return float(next(c["value"] for c in row["criteria"] if c["key"] == "level"))
+
+
+def head_size_curve(captures: Sequence, config: AuditConfig, model: str, dims: Sequence[int],
+                    seed: int = 0) -> dict[int, float]:
+    """F3's plateau level with the value vectors projected to each size in ``dims`` (those at
+    most the head size): ``{dim: level}``."""
+    d = int(captures[0].values.shape[-1])
+    return {dim: separability_level([project_values(c, dim, seed) for c in captures], config, model)
+            for dim in dims if dim <= d}

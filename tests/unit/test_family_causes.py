@@ -1,0 +1,62 @@
+"""The candidate-cause changes of normlimits.audit.family_causes, on synthetic captures."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from normlimits.audit import family_causes as FC
+from normlimits.model.capture import WindowCapture
+
+
+def capture(layers=3, heads=2, length=16, d=8, seed=0) -> WindowCapture:
+    g = torch.Generator().manual_seed(seed)
+    return WindowCapture(queries=torch.randn(layers, heads, length, d, generator=g),
+                         keys=torch.randn(layers, heads, length, d, generator=g),
+                         values=torch.randn(layers, heads, length, d, generator=g),
+                         hidden=torch.randn(layers, length, 12, generator=g),
+                         scale=torch.full((layers,), d ** -0.5))
+
+
+def test_projecting_values_keeps_everything_but_their_size_and_never_lengthens_them():
+    c = capture()
+    p = FC.project_values(c, 3, seed=1)
+    assert p.values.shape == (3, 2, 16, 3)
+    assert torch.equal(p.queries, c.queries) and torch.equal(p.keys, c.keys)
+    # coordinates in an orthonormal basis of a subspace: a projection, never longer
+    assert bool((p.values.norm(dim=-1) <= c.values.norm(dim=-1) + 1e-5).all())
+    # the same basis for every layer and head: inner products of projected vectors are those of
+    # the vectors' projections, so a vector inside the subspace keeps its length
+    again = FC.project_values(c, 3, seed=1)
+    assert torch.equal(p.values, again.values)
+    assert not torch.equal(p.values, FC.project_values(c, 3, seed=2).values)
+    assert FC.project_values(c, 8) is c
+    for bad in (0, 9):
+        with pytest.raises(ValueError, match="head size is 8"):
+            FC.project_values(c, bad)
+
+
+def test_keeping_layers_slices_every_per_layer_field_alike():
+    c = capture(layers=4)
+    kept = FC.keep_layers(c, [3, 1])
+    for name in ("queries", "keys", "values", "hidden"):
+        assert torch.equal(getattr(kept, name), getattr(c, name)[[3, 1]])
+    assert torch.equal(kept.scale, c.scale[[3, 1]])
+    assert torch.allclose(kept.weights([5]), c.weights([5])[[3, 1]])
+    for bad in ([], [4], [-1]):
+        with pytest.raises(ValueError, match="0..3"):
+            FC.keep_layers(c, bad)
+
+
+def test_sink_share_is_each_heads_mean_weight_on_the_first_key():
+    c = capture(layers=2, heads=2, length=10)
+    # layer 1, head 0: the first key's logit dominates every row
+    c.keys[1, 0, 0] = 50 * c.queries[1, 0].mean(0) / c.queries[1, 0].mean(0).norm()
+    c.queries[1, 0] = c.keys[1, 0, 0]
+    shares = FC.sink_shares(c)
+    assert shares.shape == (2, 2)
+    assert float(shares[1, 0]) > 0.99
+    rows = list(range(8, 10))
+    expected = c.weights(rows)[..., 0].mean(-1)
+    assert torch.allclose(shares, expected)
+    assert float(shares[0, 1]) < 0.9
