@@ -1031,6 +1031,134 @@ def test_no_code_cell_toggle_on_paper(narrow):
                                               f"toggles: {narrow['printed']['toggles'][:5]}")
 
 
+# --- the Verdicts tables fit their boxes at three widths ----------------------------------------
+
+#: the widths at which every Verdicts table must fit: a desktop window, a small laptop, a phone
+FIT_WIDTHS = (1280, 1024, 390)
+
+# Every element inside a cell of a table on the page (the scoreboard, the chapters' ledger tables):
+# its content no wider than its box (scrollWidth <= clientWidth + 1 px), unless the element is a
+# scroll box (overflow-x auto or scroll: its content scrolls inside it, never over a neighbour);
+# and every table no wider than its container, unless that container scrolls. MathJax's own glyph
+# boxes (inside mjx-container) are not measured, and its assistive MathML (clipped to 1 px, for
+# screen readers) is hidden while measuring: neither is drawn over anything.
+FIT_JS = r"""
+async () => {
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  const t0 = performance.now();
+  const started = () => window.MathJax && MathJax.startup && MathJax.startup.promise;
+  if (document.querySelector('script[src*="mathjax" i]')) {
+    while (!started() && performance.now() - t0 < 15000) await sleep(50);
+    if (started()) await Promise.race([MathJax.startup.promise, sleep(30000)]);
+  }
+  const style = document.createElement('style');
+  style.textContent = 'mjx-assistive-mml { display: none !important; }';
+  document.head.appendChild(style);
+  const scrolls = el => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+  const label = el => el.tagName.toLowerCase() + (typeof el.className === 'string' && el.className.trim()
+    ? '.' + el.className.trim().split(/\s+/).slice(0, 2).join('.') : '');
+  const problems = [], scrolling = [];
+  const tables = [...document.querySelectorAll('article table')];
+  for (const table of tables) {
+    const what = label(table);
+    const box = table.parentElement;
+    const tw = table.getBoundingClientRect().width, bw = box.getBoundingClientRect().width;
+    if (tw > bw + 1) {
+      if (scrolls(box)) scrolling.push({table: what, box: label(box), table_px: Math.round(tw), box_px: Math.round(bw)});
+      else problems.push(`${what} is ${Math.round(tw - bw)} px wider than its container ${label(box)}`);
+    }
+    for (const cell of table.querySelectorAll('td, th')) {
+      for (const el of [cell, ...cell.querySelectorAll('*')]) {
+        if (!el.getClientRects().length || (el.parentElement && el.parentElement.closest('mjx-container'))) continue;
+        const display = getComputedStyle(el).display;
+        if (display === 'inline' || display === 'contents') continue;   // no box of its own to overflow
+        if (el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0 && !scrolls(el))
+          problems.push(`${what}: ${label(el)} holds ${el.scrollWidth} px in ${el.clientWidth} px ` +
+                        `(${(cell.textContent || '').replace(/\s+/g, ' ').trim().slice(0, 70)})`);
+      }
+    }
+  }
+  style.remove();
+  return {tables: tables.length, problems, scrolling, page: document.documentElement.scrollWidth - window.innerWidth};
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def verdicts_fit(chromium, build_dir):
+    """The Verdicts page at each of :data:`FIT_WIDTHS`: what :data:`FIT_JS` finds, and a
+    screenshot ``_build/screenshots/verdicts-fit-<width>.png``. At 1280 px the check also runs once
+    on the page with one cell made to overflow (a long unbreakable word), which it must report."""
+    from playwright.sync_api import sync_playwright
+
+    page_path = next((build_dir / "html" / rel for rel in site_pages(build_dir / "html")
+                      if Path(rel).stem == "verdicts"), None)
+    if page_path is None:
+        pytest.fail("the built site has no Verdicts page")
+    shots = build_dir / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    found: dict[int, dict] = {}
+    planted: dict = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        for width in FIT_WIDTHS:
+            context = browser.new_context(viewport={"width": width, "height": 900})
+            context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://")
+                          else route.abort())
+            page = context.new_page()
+            page.goto(page_path.as_uri(), wait_until="load", timeout=60_000)
+            found[width] = page.evaluate(FIT_JS)
+            page.screenshot(path=str(shots / f"verdicts-fit-{width}.png"), full_page=True)
+            if width == 1280:
+                page.evaluate("""() => { const td = document.querySelector('table.claims-ledger td:nth-child(2)');
+                    const s = document.createElement('span'); s.style.display = 'inline-block';
+                    s.style.whiteSpace = 'nowrap'; s.style.width = '3rem';
+                    s.textContent = 'an-unbreakable-word-'.repeat(3); td.appendChild(s); }""")
+                planted = page.evaluate(FIT_JS)
+            page.close()
+            context.close()
+        browser.close()
+    return {"found": found, "planted": planted, "shots": shots}
+
+
+def fit_problems(width: int, facts: dict) -> list[str]:
+    """What :data:`FIT_JS` found at ``width`` px that is not the design: any content wider than its
+    box, the page wider than the window, and any table scrolling sideways in its box except the
+    scoreboard on a phone."""
+    problems = [f"{width} px: {p}" for p in facts["problems"]]
+    if facts["page"] > 1:
+        problems.append(f"{width} px: the page is {facts['page']} px wider than the window")
+    for box in facts["scrolling"]:
+        if width != 390 or "claims-scoreboard" not in box["table"]:
+            problems.append(f"{width} px: {box['table']} ({box['table_px']} px) scrolls inside its "
+                            f"{box['box']} ({box['box_px']} px)")
+    return problems
+
+
+def test_no_verdicts_table_overflows_at_1280_1024_and_390_px(verdicts_fit):
+    """Item 3 of issue 48: in every table of the Verdicts page (the scoreboard and each chapter's
+    table) no element's content is wider than its box and no table is wider than its container, at
+    1280, 1024 and 390 px. Only the scoreboard may scroll sideways inside its own box, on a phone
+    (its 40rem minimum); the ledger tables become cards there, and at 1280 and 1024 px the tables
+    of three models and the paper's column, or of four models, are cards too (book/_static/ledger.css)."""
+    problems = []
+    for width, facts in verdicts_fit["found"].items():
+        assert facts["tables"] >= 2, f"only {facts['tables']} tables on the Verdicts page at {width} px"
+        problems += fit_problems(width, facts)
+    assert not problems, "\n".join(problems[:40])
+
+
+def test_the_fit_check_reports_a_cell_that_overflows(verdicts_fit):
+    planted = fit_problems(1280, verdicts_fit["planted"])
+    assert any(": span holds " in p for p in planted), planted[:5]      # the planted 3rem span
+
+
+def test_screenshots_of_the_verdicts_page_at_three_widths(verdicts_fit):
+    for width in FIT_WIDTHS:
+        shot = verdicts_fit["shots"] / f"verdicts-fit-{width}.png"
+        assert shot.exists() and shot.stat().st_size > 10_000, f"{shot} is missing or looks empty"
+
+
 # --- numbers in the prose ---------------------------------------------------------------------
 
 GLUE_ROLE = re.compile(r"\{glue:text\}`([^`]+)`")

@@ -125,7 +125,8 @@ def test_the_verdicts_page_counts_a_chosen_reading_apart():
     assert "graded 1 claims" in line and "Replayed" not in line     # not a replay on a control model
     assert 'data-part="chosen" data-total="1"' in S.book_counts_html(rows)
     table = S.chapter_table_html(rows, None)
-    assert "F2a (chosen reading)" in table and "Under each reading tried" in table
+    assert '<span class="claim-variant"> · chosen reading</span>' in table and "Under each reading tried" in table
+    assert S.line_label(rows[1]) == "F2a · chosen reading"
 
 
 def test_an_inconclusive_row_agrees_with_the_verdicts_its_interval_leaves_open():

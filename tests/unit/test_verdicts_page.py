@@ -161,21 +161,45 @@ def test_counts_and_tables_carry_what_the_tests_of_the_site_read():
     table = S.chapter_table_html(vanishing, "vanishing.html")
     assert 'data-columns="5"' in table and "with-paper" in table             # id, claim, paper, 2 models
     assert table.count('class="verdict-cell"') == 5 and table.count("<tr>") == 4
-    assert 'href="vanishing.html#verdict"' in table and "C1S (the book&#x27;s)" in table
+    assert 'href="vanishing.html#verdict"' in table and '<span class="claim-mark">(the book&#x27;s)</span>' in table
     assert "smollm2-135m (134.5M params)" in table and "standin (2.0M params)" in table
     gradients = S.chapter_table_html([rows[4]], None)
     assert "about GPT-2; measured here on smollm2-135m" in gradients
     arch = S.chapter_table_html([r for r in rows if r["chapter"] == "architectures"], None)
     assert "models compared" in arch and "sensitivity row" in arch and 'data-part="sensitivity"' in arch
-    assert "C1 (smollm2-135m, sensitivity)" in arch
+    assert '<span class="claim-variant"> · survey</span><span class="claim-mark">(sensitivity)</span>' in arch
     counts = S.chapter_counts_html([r for r in rows if r["chapter"] == "architectures"])
     assert counts.startswith("<p class=\"verdict-chapter-counts\">1 rows: 1 confirmed; and 1 sensitivity row")
+
+
+def test_the_id_cell_names_the_variant_that_tells_a_line_apart():
+    """Rows of one claim on one model that differ by text or protocol are told apart in the id
+    cell ("F3 · Moby-Dick"), not only inside the collapsed details: the text a row was measured
+    on, else its variant without the model the column names; a survey row on the book's own text
+    is "survey"; a replay whose variant is just its model, and a comparison, show the bare id."""
+    survey = graded("F3", {c.key: 0.8 for c in claims.claim("F3").rule.criteria}, REAL,
+                    chapter="architectures", variant="smollm2-135m", sensitivity=SURVEY + " (1 window)")
+    other = dict(graded("F3", {c.key: 0.8 for c in claims.claim("F3").rule.criteria}, REAL,
+                        chapter="architectures", variant="smollm2-135m on Moby-Dick",
+                        sensitivity=SURVEY + " (1 window of Moby-Dick)"), corpus="Moby-Dick")
+    heads = graded("MH", {"gap": 0.1, "bernoulli": 0.0, "jensen": 0.0, "arithmetic": 0.992}, REAL,
+                   variant="all heads", sensitivity="all 9 heads of a layer")
+    replay = graded("C1", C1_LITERAL, STANDIN, variant="standin")
+    assert [S.variant_label(r) for r in (survey, other, heads, replay)] == ["survey", "Moby-Dick", "all heads", ""]
+    assert S.line_label(other) == "F3 · Moby-Dick (sensitivity)"
+    assert S.line_label(replay) == "C1"
+    cell = S.line_label_html(other, "architectures.html")
+    assert cell == ('<a class="claim-id" href="architectures.html#verdict">F3</a>'
+                    '<span class="claim-variant"> · Moby-Dick</span><span class="claim-mark">(sensitivity)</span>')
+    table = S.chapter_table_html([survey, other], None)
+    assert table.startswith('<div class="ledger-box"><table ') and table.count('class="claim-variant"') == 2
+    assert " · survey" in table and " · Moby-Dick" in table
 
 
 def test_a_conclusion_whose_premise_is_refuted_says_premise_fails():
     rows = [r for r in ledger_rows() if r["chapter"] == "separability"]
     table = S.chapter_table_html(rows, None)
-    assert "MHP (premise)" in table
+    assert '<span class="claim-mark">(premise)</span>' in table
     assert "premise fails: MHP is refuted on this model" in table
     holds = [graded("MHP", {"rate_ratio": 0.9, "dependence": 0.0}, REAL), rows[1]]
     assert "verdict-premise-note" not in S.chapter_table_html(holds, None)
@@ -433,7 +457,10 @@ def test_the_stylesheet_tints_every_verdicts_scoreboard_cell():
     for verdict in claims.VERDICTS:
         assert f"table.claims-scoreboard td.{S.css_verdict(verdict)}" in css, verdict
     assert "div.scoreboard-box { max-width: 100%; overflow-x: auto;" in css
-    assert "table-layout: fixed" in css.split("table.claims-scoreboard {")[1].split("}")[0]
+    # automatic layout: no cell narrower than its widest formula or word (tests/book/test_site.py
+    # checks in Chromium that nothing in a Verdicts table is wider than its box)
+    assert "table-layout: auto" in css.split("table.claims-scoreboard {")[1].split("}")[0]
+    assert "table-layout: auto" in css.split("table.claims-ledger {")[1].split("}")[0]
 
 
 GEMMA = "gemma3-270m (268.1M params)"

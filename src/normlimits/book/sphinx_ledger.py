@@ -441,21 +441,69 @@ def _column_title(column: str, rows: list[dict]) -> str:
 
 #: how a line's id is marked when its claim is not the paper's, or its row is not the claim's own
 KIND_MARKS = {"premise": "premise", "book": "the book's", "cited": "cited"}
+#: what separates a claim's id from its variant in the id cell: ``F3 · Moby-Dick``
+VARIANT_SEPARATOR = " · "
+
+
+def variant_label(row: dict) -> str:
+    """What tells a row apart from the claim's other rows in the same column, in a few words:
+    the text it was measured on (``corpus``: ``Moby-Dick``), else its variant without the model
+    setting the column already names (``smollm2-135m on Moby-Dick`` -> ``Moby-Dick``,
+    ``all heads``, ``chosen reading``); a sensitivity row whose variant is only its model says
+    ``survey`` when its protocol is a survey, else ``another protocol``. Empty for a row without
+    a variant, a replay whose variant is just its model (the column names it), and a comparison
+    of two models (its cell names both)."""
+    variant = (row.get("variant") or "").strip()
+    if not variant or " against " in row["model"]:
+        return ""
+    if row.get("corpus"):
+        return str(row["corpus"])
+    setting = model_setting(row["model"])
+    rest = variant
+    if rest == setting:
+        rest = ""
+    elif rest.startswith(setting + " "):
+        rest = re.sub(r"^on\s+", "", rest[len(setting) + 1:].strip())
+    if not rest and part_of(row) == "sensitivity":
+        rest = "survey" if "survey" in (row.get("sensitivity") or "") else "another protocol"
+    return rest
+
+
+def line_marks(row: dict) -> list[str]:
+    """The marks under a line's id: ``sensitivity`` for a sensitivity row, and the kind of a
+    claim that is not the paper's (``premise``, ``the book's``, ``cited``)."""
+    marks = ["sensitivity"] if part_of(row) == "sensitivity" else []
+    if claim_kind(row) in KIND_MARKS:
+        marks.append(KIND_MARKS[claim_kind(row)])
+    return marks
 
 
 def line_label(row: dict) -> str:
-    """A table line's label: the id, with the variant of a chosen-reading or sensitivity row and
-    the kind of a claim that is not the paper's (``MHP (premise)``, ``C1S (the book's)``)."""
-    marks = []
-    if part_of(row) in ("chosen", "sensitivity"):
-        marks.append(row["variant"] + (", sensitivity" if part_of(row) == "sensitivity" else ""))
-    if claim_kind(row) in KIND_MARKS:
-        marks.append(KIND_MARKS[claim_kind(row)])
-    return row["id"] + (f" ({'; '.join(marks)})" if marks else "")
+    """A table line's label in plain text: the id, the variant that tells the line apart
+    (:func:`variant_label`: ``F3 · Moby-Dick``, ``F2a · chosen reading``) and the marks
+    (:func:`line_marks`) in parentheses (``MHP · all heads (sensitivity; premise)``,
+    ``C1S (the book's)``)."""
+    variant = variant_label(row)
+    marks = line_marks(row)
+    return (row["id"] + (VARIANT_SEPARATOR + variant if variant else "")
+            + (f" ({'; '.join(marks)})" if marks else ""))
+
+
+def line_label_html(row: dict, chapter_uri: str | None) -> str:
+    """A table line's id cell: the id (linked to the chapter's verdict), `` · `` and the variant
+    (class ``claim-variant``) on the same line, the marks below it (class ``claim-mark``): the
+    same words as :func:`line_label`, laid out to wrap inside a narrow column."""
+    variant = variant_label(row)
+    marks = line_marks(row)
+    return (_claim_id_html(row["id"], chapter_uri)
+            + (f'<span class="claim-variant">{html.escape(VARIANT_SEPARATOR + variant)}</span>' if variant else "")
+            + (f'<span class="claim-mark">({html.escape("; ".join(marks))})</span>' if marks else ""))
 
 
 def chapter_table_html(rows: list[dict], chapter_uri: str | None) -> str:
-    """One chapter's claims as a table: id (a link to the chapter's verdict; :func:`line_label`),
+    """One chapter's claims as a table (in a box that scrolls sideways should the table's
+    narrowest layout be wider than the page): id (a link to the chapter's verdict, the variant
+    and marks: :func:`line_label_html`),
     the claim (what it rests on, the details toggle), what the paper reports (when the chapter's
     claims say), one column per model. A sensitivity row says so in its cell, and a conclusion
     whose premise is refuted on the same model and protocol says "premise fails"."""
@@ -466,7 +514,7 @@ def chapter_table_html(rows: list[dict], chapter_uri: str | None) -> str:
     for line in lines:
         line_rows = list(line["rows"].values())
         first = line_rows[0]
-        ident = _claim_id_html(line_label(first), chapter_uri)
+        ident = line_label_html(first, chapter_uri)
         head = headline(first)
         claim = (f'<span class="claim-text">{inline_html(first["claim"])}</span>'
                  f'<span class="claim-rests">rests on: {inline_html(head["statistic"])}; rule '
@@ -480,9 +528,10 @@ def chapter_table_html(rows: list[dict], chapter_uri: str | None) -> str:
         cells.append(row_cells)
     kinds = ["id-column", "claim-column", *(["paper-column"] if with_paper else []),
              *(["model-column"] * len(columns))]
-    return html_table(header, cells, column_classes=kinds,
-                      classes=("claims-ledger", f"claims-models-{len(columns)}",
-                               *(["with-paper"] if with_paper else [])))
+    table = html_table(header, cells, column_classes=kinds,
+                       classes=("claims-ledger", f"claims-models-{len(columns)}",
+                                *(["with-paper"] if with_paper else [])))
+    return f'<div class="ledger-box">{table}</div>'
 
 
 def chapter_counts_html(rows: list[dict]) -> str:
