@@ -60,3 +60,20 @@ def test_sink_share_is_each_heads_mean_weight_on_the_first_key():
     expected = c.weights(rows)[..., 0].mean(-1)
     assert torch.allclose(shares, expected)
     assert float(shares[0, 1]) < 0.9
+
+
+def test_a_claim_is_graded_under_a_change_by_its_own_yardstick_and_rule():
+    from normlimits.audit.yardsticks import AuditConfig
+
+    caps = [capture(layers=2, heads=2, length=64, d=8, seed=s) for s in (0, 1)]
+    config = AuditConfig(length=64)
+    row = FC.graded_under(caps, config, "synthetic", "NU", "vanishing")
+    assert row["id"] == "NU" and row["verdict"] in ("confirmed", "corrected", "partial", "refuted",
+                                                     "not reproduced", "not testable", "inconclusive")
+    # the same captures give the same row: no hidden randomness
+    assert FC.graded_under(caps, config, "synthetic", "NU", "vanishing")["value"] == row["value"]
+    with pytest.raises(ValueError, match="not F3"):
+        FC.graded_under(caps, config, "synthetic", "F3", "vanishing")
+    curve = FC.head_size_curve(caps, config, "synthetic", "F3", "separability", (2, 4, 8, 16))
+    assert list(curve) == [2, 4, 8]                       # sizes above the head size are skipped
+    assert all(r["id"] == "F3" for r in curve.values())

@@ -30,9 +30,9 @@ from typing import Iterable, Sequence
 
 import torch
 
-from normlimits.audit.yardsticks import AuditConfig, separability
+from normlimits.audit.yardsticks import YARDSTICKS, AuditConfig
 
-__all__ = ["project_values", "keep_layers", "sink_shares", "separability_level", "head_size_curve"]
+__all__ = ["project_values", "keep_layers", "sink_shares", "graded_under", "head_size_curve"]
 
 
 def project_values(capture, dim: int, seed: int = 0):
@@ -78,18 +78,24 @@ def sink_shares(capture, rows: Sequence[int] | None = None) -> torch.Tensor:
     return weights[..., 0].float().mean(-1)
 
 
-def separability_level(captures: Iterable, config: AuditConfig, model: str) -> float:
-    """F3's statistic (the plateau level of the median head's N_s/N) on ``captures``, by the
-    audit's separability yardstick (the separability chapter's functions)."""
-    measured = separability(list(captures), config, model)
-    (row,) = measured.rows
-    return float(next(c["value"] for c in row["criteria"] if c["key"] == "level"))
+def graded_under(captures: Iterable, config: AuditConfig, model: str, claim_id: str,
+                 yardstick: str) -> dict:
+    """The audit's graded row of ``claim_id`` measured by ``yardstick`` (a name of
+    :data:`~normlimits.audit.yardsticks.YARDSTICKS`) on ``captures``: the same code and rule as
+    the survey's row, on changed captures."""
+    measured = YARDSTICKS[yardstick](list(captures), config, model)
+    found = [row for row in measured.rows if row["id"] == claim_id]
+    if not found:
+        raise ValueError(f"the {yardstick} yardstick grades {[r['id'] for r in measured.rows]}, "
+                         f"not {claim_id}")
+    return found[0]
 
 
-def head_size_curve(captures: Sequence, config: AuditConfig, model: str, dims: Sequence[int],
-                    seed: int = 0) -> dict[int, float]:
-    """F3's plateau level with the value vectors projected to each size in ``dims`` (those at
-    most the head size): ``{dim: level}``."""
+def head_size_curve(captures: Sequence, config: AuditConfig, model: str, claim_id: str,
+                    yardstick: str, dims: Sequence[int], seed: int = 0) -> dict[int, dict]:
+    """``claim_id``'s graded row with the value vectors projected to each size in ``dims`` (those
+    at most the head size): ``{dim: row}``."""
     d = int(captures[0].values.shape[-1])
-    return {dim: separability_level([project_values(c, dim, seed) for c in captures], config, model)
+    return {dim: graded_under([project_values(c, dim, seed) for c in captures], config, model,
+                              claim_id, yardstick)
             for dim in dims if dim <= d}
