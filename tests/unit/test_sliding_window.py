@@ -171,3 +171,18 @@ def test_the_capture_cache_stores_the_windows(loaded, ids, tmp_path):
     assert reused == [True] and torch.equal(again.windows, first.windows)
     assert torch.equal(again.weights(), first.weights())
     assert capture_cache.FORMAT == 2 and "windows" in capture_cache.FIELDS
+
+
+def test_corpus_windows_and_cached_captures_opt_in_by_the_same_setting(loaded, tmp_path, monkeypatch):
+    import hashlib
+
+    from normlimits.model.corpus import Corpus, token_windows
+
+    text = "Well, Prince, so Genoa and Lucca are now just family estates of the Buonapartes. " * 4
+    corpus = Corpus(text=text, sha256=hashlib.sha256(text.encode()).hexdigest(), source="test")
+    with pytest.raises(ValueError, match='sliding="measure"'):
+        token_windows(loaded, corpus, LENGTH, 2)
+    assert token_windows(loaded, corpus, LENGTH, 2, sliding="measure").shape == (2, LENGTH)
+    monkeypatch.setenv(capture_cache.CAPTURE_CACHE_ENV, str(tmp_path / "captures"))
+    (first, second) = capture_cache.cached_captures(loaded, corpus, LENGTH, 2, sliding="measure")
+    assert first.windows.tolist() == [WINDOW, 0, WINDOW, WINDOW] and first.banded and second.banded
