@@ -71,6 +71,9 @@ BANDED_OPT_IN = "sliding='measure'"
 #: sliding window, so every layer sees every earlier key; ``"measure"`` captures up to the model's
 #: context, each sliding-window layer over its own window (keys ``max(0, t - W + 1) .. t``)
 SLIDING = ("cap", "measure")
+#: largest tolerated difference between the family's weights and the recomputed ones, by dtype
+WEIGHT_TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10, torch.float16: 2e-3,
+                    torch.bfloat16: 1.6e-2}
 
 
 def check_sliding(sliding: str) -> str:
@@ -79,11 +82,6 @@ def check_sliding(sliding: str) -> str:
         raise ValueError(f"sliding={sliding!r}: use one of {', '.join(map(repr, SLIDING))} "
                          "('measure' captures each sliding-window layer over its own window).")
     return sliding
-
-
-#: largest tolerated difference between the family's weights and the recomputed ones, by dtype
-WEIGHT_TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10, torch.float16: 2e-3,
-                    torch.bfloat16: 1.6e-2}
 
 
 class UnsupportedAttention(RuntimeError):
