@@ -55,6 +55,23 @@ def make_tiny_gpt2(n_layer=2, n_head=4, n_embd=32, n_positions=64, vocab=300, se
     return GPT2LMHeadModel(config).eval()
 
 
+def make_tiny_gemma3(layer_types=("sliding_attention", "full_attention", "sliding_attention"),
+                     sliding_window=8, positions=64, vocab=300, seed=0):
+    """A tiny randomly initialised Gemma 3 (eager attention, eval mode): one layer per entry of
+    ``layer_types`` (sliding-window layers of ``sliding_window`` keys and global ones), 4 query
+    heads sharing 1 key/value head of width 8, QK-norm, ``query_pre_attn_scalar`` scaling."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                              num_hidden_layers=len(layer_types), num_attention_heads=4,
+                              num_key_value_heads=1, head_dim=8, query_pre_attn_scalar=8,
+                              max_position_embeddings=positions, sliding_window=sliding_window,
+                              layer_types=list(layer_types), pad_token_id=0, bos_token_id=vocab - 1,
+                              eos_token_id=vocab - 1, attn_implementation="eager")
+    return Gemma3ForCausalLM(config).eval()
+
+
 def with_value(doc, path, value):
     """A deep copy of the JSON document ``doc`` with the field at ``path`` (keys and indices) set
     to ``value`` (the schema tests change one field's type with it)."""

@@ -214,7 +214,8 @@ def _on_cpu(capture):
     if capture.queries.device.type == "cpu":
         return capture
     return dataclasses.replace(capture, **{f.name: getattr(capture, f.name).cpu()
-                                           for f in dataclasses.fields(capture)})
+                                           for f in dataclasses.fields(capture)
+                                           if getattr(capture, f.name) is not None})
 
 
 def model_label(loaded) -> str:

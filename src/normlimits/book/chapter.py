@@ -68,14 +68,20 @@ class ChapterContext:
         return token_windows(self.loaded, self.corpus, length or self.loaded.max_positions,
                              count or self.window_count)
 
-    def captures(self, length: int | None = None, count: int | None = None, shift: float = 0.0):
+    def captures(self, length: int | None = None, count: int | None = None, shift: float = 0.0,
+                 sliding: str = "cap"):
         """One capture per window of :meth:`windows`, as an iterator of
         :class:`~normlimits.model.capture.WindowCapture`: one forward pass per window, shared by every
         chapter of a build through the capture cache (:mod:`normlimits.model.capture_cache`).
         ``shift`` 0.5: as many windows halfway between those (the two sets together are the
-        windows of twice the count)."""
-        return cached_captures(self.loaded, self.corpus, length or self.loaded.max_positions,
-                               count or self.window_count, shift=shift)
+        windows of twice the count). ``sliding="measure"``: windows up to the model's context
+        (default length :attr:`~normlimits.model.pretrained.LoadedModel.context_positions`), each
+        sliding-window layer captured over its own window; only for a consumer whose statistics
+        use each row's visible keys (:func:`normlimits.metrics.vanishing.sweep_captures`). The
+        default ``"cap"`` keeps every window within the sliding window."""
+        default = self.loaded.positions(sliding)
+        return cached_captures(self.loaded, self.corpus, length or default,
+                               count or self.window_count, shift=shift, sliding=sliding)
 
     def one_time(self, seconds: float) -> None:
         """Count ``seconds`` of this execution as one-time work (a training whose result is now

@@ -11,6 +11,12 @@ Units and conventions used throughout:
 * A *length sweep* reads, from one forward pass over a window of ``K`` tokens, the query row
   ``L - 1`` for every ``L`` of a grid: by causality it sees exactly the keys ``0 .. L-1`` and equals
   the last row of a window of length ``L`` (same tokens, same positions).
+* Sliding-window layers (a capture's ``windows``, W > 0): row ``L - 1`` of such a layer sees only
+  the keys ``max(0, L - W) .. L - 1``, ``min(L, W)`` of them. Its statistics are those of the row
+  cut to those keys: every bound uses ``min(L, W)`` keys (:attr:`RowStatistics.keys`), ``delta``
+  the visible keys only, and key indices (``argmax_key``, ``first_key_weight``,
+  ``max_weight_rest``) count from the row's first visible key. Such rows come only from captures
+  opened with ``sliding="measure"`` (:mod:`normlimits.model.capture`).
 
 Bounds (``L`` visible keys, ``|l_j| <= Delta``, temperature ``T > 0``):
 
@@ -205,7 +211,10 @@ class RowStatistics:
     ``tolerance`` [..., G]: the round-off allowance (nats) used for every comparison;
     ``max_weight_rest`` [..., G]: the largest weight of the row with key 0 removed and the rest
     renormalised (softmax over keys 1..L-1; NaN for L = 1): how the row looks without a
-    first-token sink.
+    first-token sink; ``layer_windows``: each layer's sliding window W (0: the layer sees every
+    earlier key; None: the rows came without layer windows), for leading dims ending in
+    [layers, heads]. A layer with W > 0 has ``min(L, W)`` visible keys per row, and every field is
+    that of its row cut to them (module docstring).
     """
 
     lengths: Tensor
@@ -227,11 +236,34 @@ class RowStatistics:
     entropy_slack: Tensor
     tolerance: Tensor
     max_weight_rest: Tensor
+    layer_windows: tuple[int, ...] | None = None
 
     @property
     def keys(self) -> Tensor:
-        """Number of keys per row, broadcast to ``delta``'s shape [..., G]."""
-        return self.lengths.to(DTYPE).expand_as(self.delta)
+        """Number of keys each row sees, broadcast to ``delta``'s shape [..., G]: L, or
+        ``min(L, W)`` in a layer with sliding window W."""
+        lengths = self.lengths.to(DTYPE)
+        if self.layer_windows is None:
+            return lengths.expand_as(self.delta)
+        windows = torch.tensor([w if w > 0 else math.inf for w in self.layer_windows], dtype=DTYPE)
+        return torch.minimum(lengths, windows[:, None, None]).expand_as(self.delta)
+
+    @property
+    def banded(self) -> bool:
+        """Whether some rows see fewer keys than their L (a layer's window W below the longest L)."""
+        return any(0 < w < int(self.lengths.max()) for w in self.layer_windows or ())
+
+    @property
+    def local_layers(self) -> list[int]:
+        """The layers with a sliding window (each row sees at most its last W keys)."""
+        return [i for i, w in enumerate(self.layer_windows or ()) if w > 0]
+
+    @property
+    def global_layers(self) -> list[int]:
+        """The layers whose rows see every earlier key (all of them without ``layer_windows``)."""
+        if self.layer_windows is None:
+            return list(range(self.delta.shape[-3]))
+        return [i for i, w in enumerate(self.layer_windows) if w <= 0]
 
     def fraction_inside(self, kind: str) -> float:
         """Fraction of all (row, key) weights inside a bound: kind in 'paper', 'sharp', 'literal'."""
@@ -319,16 +351,107 @@ def row_statistics(logits: Tensor, delta: Tensor, lengths, temperature: float = 
 
 
 def sweep_queries_keys(queries: Tensor, keys: Tensor, scale, lengths,
-                       temperature: float = 1.0) -> RowStatistics:
-    """Length sweep from one window's queries and keys [..., K, d]: rows ``L - 1``, keys ``< L``."""
-    logits = row_logits(queries, keys, scale, lengths)
-    delta, key_delta = row_deltas(queries, keys, scale, lengths)
-    return row_statistics(logits, delta, lengths, temperature, key_delta=key_delta)
+                       temperature: float = 1.0, windows=None) -> RowStatistics:
+    """Length sweep from one window's queries and keys [..., K, d]: rows ``L - 1``, keys ``< L``.
+
+    ``windows``: each layer's sliding window W [layers] (0: none), for queries and keys
+    [..., layers, heads, K, d] (a capture's ``windows``); row ``L - 1`` of a layer with W < L then
+    sees keys ``L - W .. L - 1`` only, and its statistics are those of that cut row.
+    """
+    layer_windows = _layer_windows(windows, queries)
+    grid = check_lengths(lengths, queries.shape[-2])
+    kmax = int(grid.max())
+    if layer_windows is None or not any(0 < w < kmax for w in layer_windows):
+        logits = row_logits(queries, keys, scale, lengths)
+        delta, key_delta = row_deltas(queries, keys, scale, lengths)
+        stats = row_statistics(logits, delta, lengths, temperature, key_delta=key_delta)
+        return stats if layer_windows is None else replace(stats, layer_windows=layer_windows)
+    axis = queries.dim() - 4                                       # the layer axis
+    scale = torch.as_tensor(scale, dtype=DTYPE)
+    groups: dict[int, list[int]] = {}
+    for layer, w in enumerate(layer_windows):
+        groups.setdefault(w if 0 < w < kmax else 0, []).append(layer)
+    parts, order = [], []
+    for w, layers in groups.items():
+        index = torch.tensor(layers)
+        s = scale.index_select(axis, index) if scale.dim() > axis else scale
+        parts.append(window_statistics(queries.index_select(axis, index), keys.index_select(axis, index),
+                                       s, grid, w, temperature))
+        order += layers
+    inverse = torch.argsort(torch.tensor(order))
+    merged = {f.name: torch.cat([getattr(p, f.name) for p in parts], dim=axis).index_select(axis, inverse)
+              for f in fields(RowStatistics) if isinstance(getattr(parts[0], f.name), Tensor)
+              and f.name != "lengths"}
+    return replace(parts[0], **merged, layer_windows=layer_windows)
+
+
+def _layer_windows(windows, queries: Tensor) -> tuple[int, ...] | None:
+    """``windows`` as a tuple of ints over the layer axis of ``queries`` [..., layers, heads, K, d];
+    None when absent or when no layer has a window."""
+    if windows is None:
+        return None
+    values = tuple(int(w) for w in torch.as_tensor(windows).reshape(-1).tolist())
+    if queries.dim() < 4 or len(values) != queries.shape[-4]:
+        raise ValueError(f"windows has {len(values)} entries for queries of shape "
+                         f"{tuple(queries.shape)}: one per layer ([..., layers, heads, K, d]).")
+    return values if any(w > 0 for w in values) else None
+
+
+def window_statistics(queries: Tensor, keys: Tensor, scale, lengths, window: int,
+                      temperature: float = 1.0) -> RowStatistics:
+    """Length sweep of layers that all have sliding window ``window`` (0: none): row ``L - 1``
+    cut to its ``n = min(L, W)`` visible keys ``L - n .. L - 1``, measured as a row of ``n`` keys;
+    ``lengths`` of the result are the grid's L (its :attr:`RowStatistics.keys` then need the
+    layers' windows). Shapes as :func:`sweep_queries_keys`."""
+    grid = check_lengths(lengths, queries.shape[-2])
+    logits = row_logits(queries, keys, scale, grid)                      # [..., G, Kmax]
+    delta, key_delta = row_deltas(queries, keys, scale, grid)
+    if not 0 < window < int(grid.max()):
+        return row_statistics(logits, delta, grid, temperature, key_delta=key_delta)
+    counts = grid.clamp(max=window)
+    width = int(counts.max())
+    visible = torch.arange(width)[None, :] < counts[:, None]             # [G, n]
+    columns = torch.where(visible, (grid - counts)[:, None] + torch.arange(width)[None, :], 0)
+
+    def cut(values: Tensor, hidden: float) -> Tensor:
+        taken = values.gather(-1, columns.expand(values.shape[:-2] + columns.shape))
+        return taken.masked_fill(~visible, hidden)
+
+    key_delta = cut(key_delta, 0.0)
+    stats = row_statistics(cut(logits, float("-inf")), key_delta.amax(-1), counts, temperature,
+                           key_delta=key_delta)
+    return replace(stats, lengths=grid)
 
 
 def sweep_capture(capture, lengths, temperature: float = 1.0) -> RowStatistics:
-    """Length sweep of one :class:`normlimits.model.capture.WindowCapture`; leading dims [layers, heads]."""
-    return sweep_queries_keys(capture.queries, capture.keys, capture.scale, lengths, temperature)
+    """Length sweep of one :class:`normlimits.model.capture.WindowCapture`; leading dims [layers, heads].
+    Each layer's rows see the keys its own mask leaves (the capture's ``windows``)."""
+    return sweep_queries_keys(capture.queries, capture.keys, capture.scale, lengths, temperature,
+                              getattr(capture, "windows", None))
+
+
+def layer_kind_medians(stats: RowStatistics):
+    """Per L, the median largest weight of the global layers and of each sliding window's local
+    layers (over windows, layers of that kind and heads), and the same times the keys the rows see
+    (``keys * max alpha``: constant where the largest weight falls as 1 / keys). Columns
+    ``global``, ``local W=512``, ..., and ``... x keys``; index L (pandas). Statistics of any
+    leading dims ending in [layers, heads, G]."""
+    import pandas as pd
+
+    kinds = {"global": stats.global_layers}
+    for w in sorted({w for w in stats.layer_windows or () if w > 0}):
+        kinds[f"local W={w}"] = [i for i, v in enumerate(stats.layer_windows) if v == w]
+    table = {}
+    for name, layers in kinds.items():
+        if not layers:
+            continue
+        index = torch.tensor(layers)
+        axis = stats.delta.dim() - 3
+        weight = stats.max_weight.index_select(axis, index).movedim(-1, 0).reshape(len(stats.lengths), -1)
+        keys = stats.keys.index_select(axis, index).movedim(-1, 0).reshape(len(stats.lengths), -1)
+        table[name] = weight.median(-1).values.numpy()
+        table[f"{name} x keys"] = (weight * keys).median(-1).values.numpy()
+    return pd.DataFrame(table, index=pd.Index(stats.lengths.tolist(), name="L"))
 
 
 def stack_statistics(parts: Iterable[RowStatistics]) -> RowStatistics:
@@ -339,7 +462,7 @@ def stack_statistics(parts: Iterable[RowStatistics]) -> RowStatistics:
     first = parts[0]
     values = {}
     for f in fields(RowStatistics):
-        if f.name in ("lengths", "temperature"):
+        if f.name in ("lengths", "temperature", "layer_windows"):
             values[f.name] = getattr(first, f.name)
         else:
             values[f.name] = torch.stack([getattr(p, f.name) for p in parts])
@@ -490,7 +613,8 @@ def head_summary(stats: RowStatistics, sink_exponent: float = -0.5):
     ``argmax_distance`` (median over windows and L of how many positions before the query its
     largest weight sits: 0 = the query's own token, ``L - 1`` = key 0),
     ``two_delta_over_t_last`` and ``range_over_t_last`` (median over windows of 2 Delta / T and
-    of (max - min logit) / T at the largest L), ``log_keys_last`` (log of the largest L),
+    of (max - min logit) / T at the largest L), ``log_keys_last`` (log of the keys a row sees at
+    the largest L: L, or min(L, W) in a sliding-window layer; entropy ratios divide by it),
     ``sharp_max_last`` (median sharpened upper bound at the largest L) and ``non_vanishing``
     (exponent > ``sink_exponent``: the largest weight falls slower than ``L^sink_exponent``).
     Returns a pandas DataFrame.
@@ -505,6 +629,13 @@ def head_summary(stats: RowStatistics, sink_exponent: float = -0.5):
     sharp_max = sharpened_log_bounds(stats.delta[..., -1], last, t)[1].exp().median(0).values
     layers, heads = stats.delta.shape[1:3]
     lay, hd = torch.meshgrid(torch.arange(layers), torch.arange(heads), indexing="ij")
+    if not stats.banded:
+        log_keys = log_column = math.log(int(last))
+        before_query = stats.lengths - 1 - stats.argmax_key
+    else:                                    # sliding-window layers: the keys each row sees
+        log_keys = torch.log(stats.keys[..., -1])                      # [W, layers, heads]
+        log_column = log_keys[0].reshape(-1).numpy()
+        before_query = stats.keys.long() - 1 - stats.argmax_key
     table = pd.DataFrame({
         "layer": lay.reshape(-1).numpy(),
         "head": hd.reshape(-1).numpy(),
@@ -513,14 +644,14 @@ def head_summary(stats: RowStatistics, sink_exponent: float = -0.5):
                          .exponent.reshape(-1).numpy(),
         "max_weight_first": stats.max_weight[..., 0].mean(0).reshape(-1).numpy(),
         "max_weight_last": stats.max_weight[..., -1].mean(0).reshape(-1).numpy(),
-        "entropy_ratio_last": (stats.entropy[..., -1] / math.log(int(last))).mean(0).reshape(-1).numpy(),
+        "entropy_ratio_last": (stats.entropy[..., -1] / log_keys).mean(0).reshape(-1).numpy(),
         "first_key_weight_last": stats.first_key_weight[..., -1].mean(0).reshape(-1).numpy(),
         "argmax_first_key": (stats.argmax_key == 0).to(DTYPE).mean((0, -1)).reshape(-1).numpy(),
-        "argmax_distance": (stats.lengths - 1 - stats.argmax_key).movedim(0, -2)
+        "argmax_distance": before_query.movedim(0, -2)
                            .reshape(layers * heads, -1).to(DTYPE).median(-1).values.numpy(),
         "two_delta_over_t_last": (2 * stats.delta[..., -1] / t).median(0).values.reshape(-1).numpy(),
         "range_over_t_last": (stats.logit_range[..., -1] / t).median(0).values.reshape(-1).numpy(),
-        "log_keys_last": math.log(int(last)),
+        "log_keys_last": log_column,
         "sharp_max_last": sharp_max.reshape(-1).numpy(),
     })
     table["non_vanishing"] = table["exponent"] > sink_exponent
@@ -549,7 +680,7 @@ def nu_intervals(stats: RowStatistics, **bootstrap_settings) -> dict:
         fitted = loglog_fit(lengths, resampled.mean(1).exp()).exponent   # [R, layers, heads]
         return fitted.reshape(fitted.shape[0], -1).quantile(0.5, dim=-1)
 
-    last = math.log(int(lengths[-1]))
+    last = torch.log(stats.keys[..., -1]) if stats.banded else math.log(int(lengths[-1]))
     bites = (torch.log(stats.keys) > 2 * stats.delta / stats.temperature).to(DTYPE)
     return {
         "exponent": B.bootstrap_interval(stats.max_weight.to(DTYPE).log(), exponent, **bootstrap_settings),

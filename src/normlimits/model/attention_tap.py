@@ -15,12 +15,17 @@ What is supported is what the book's metrics assume: the logits are ``scaling * 
 visible keys, the visible keys are exactly ``j <= t`` (causal), and the weights are their
 softmax. Every recorded layer is checked against that on each pass, so nothing is silently wrong:
 
-- the mask must be the plain causal one (a sliding window shorter than the window, or an
-  additive bias such as ALiBi passed as a mask, is refused);
+- the mask must be the plain causal one (an additive bias such as ALiBi passed as a mask is
+  refused). A sliding-window layer (one that passes ``sliding_window=W``) whose window is shorter
+  than the sequence sees only keys ``max(0, t - W + 1) .. t``: its banded mask is accepted only
+  when the recording was opened with ``banded=True`` (what ``sliding="measure"`` of
+  :mod:`normlimits.model.capture` asks for), and then it must be exactly that band; the layer's
+  window is recorded (:attr:`LayerRecord.window`);
 - keywords that change the logits (``softcap``: logit soft-capping; ``s_aux``/``sinks``:
   attention sinks; ``position_bias``/``alibi``) are refused by name;
 - the family's own weights on a few query rows must equal ``softmax(scaling * q . k)`` under the
-  causal mask (to 1e-5 in float32), which catches any other modification;
+  causal mask (or the layer's accepted band), to 1e-5 in float32, which catches any other
+  modification;
 - every layer must go through the registry (families whose attention does not, Bloom's and MPT's
   ALiBi layers for example, never call it, and are refused).
 
@@ -60,9 +65,23 @@ FAMILY_MODIFIERS = {
     "mpt": "ALiBi position biases added to the logits",
     "gpt_oss": "attention sinks (a learned extra logit per head in the softmax's denominator)",
 }
+#: the capture setting that accepts sliding-window layers beyond their window (named in refusals)
+BANDED_OPT_IN = "sliding='measure'"
+#: how captures treat sliding-window layers: ``"cap"`` (the default) caps every window at the
+#: sliding window, so every layer sees every earlier key; ``"measure"`` captures up to the model's
+#: context, each sliding-window layer over its own window (keys ``max(0, t - W + 1) .. t``)
+SLIDING = ("cap", "measure")
 #: largest tolerated difference between the family's weights and the recomputed ones, by dtype
 WEIGHT_TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10, torch.float16: 2e-3,
                     torch.bfloat16: 1.6e-2}
+
+
+def check_sliding(sliding: str) -> str:
+    """``sliding`` if it is one of :data:`SLIDING`, else a ValueError naming them."""
+    if sliding not in SLIDING:
+        raise ValueError(f"sliding={sliding!r}: use one of {', '.join(map(repr, SLIDING))} "
+                         "('measure' captures each sliding-window layer over its own window).")
+    return sliding
 
 
 class UnsupportedAttention(RuntimeError):
@@ -72,8 +91,9 @@ class UnsupportedAttention(RuntimeError):
 @dataclass
 class LayerRecord:
     """One attention call: ``query``, ``key``, ``value`` [B, H, L, d] (keys and values expanded
-    per query head), the factor ``scaling`` on ``q . k``, the layer's index and its attention
-    module (where its output projection lives)."""
+    per query head), the factor ``scaling`` on ``q . k``, the layer's index, its attention
+    module (where its output projection lives) and its sliding ``window`` W (row t sees keys
+    ``max(0, t - W + 1) .. t``; None for a layer that sees every earlier key)."""
 
     query: Tensor
     key: Tensor
@@ -81,6 +101,7 @@ class LayerRecord:
     scaling: float
     layer: int | None
     module: torch.nn.Module | None = None
+    window: int | None = None
 
 
 @dataclass
@@ -89,6 +110,8 @@ class Recording:
 
     layers: list[LayerRecord] = field(default_factory=list)
     check_rows: int = 3
+    #: accept a sliding-window layer's banded mask beyond its window (else refused)
+    banded: bool = False
 
 
 _ACTIVE: contextvars.ContextVar[Recording | None] = contextvars.ContextVar("normlimits_recording",
@@ -119,9 +142,26 @@ def _where(module: torch.nn.Module, layer: int | None) -> str:
     return f"layer {layer if layer is not None else '?'} ({type(module).__name__})"
 
 
-def check_causal_mask(mask: Tensor | None, length: int, where: str, sliding_window=None) -> None:
+def visible_keys(length: int, window: int | None = None, rows: Tensor | None = None,
+                 device=None) -> Tensor:
+    """Which keys each query row sees, bool [R, length] (default every row 0..length-1): ``j <= t``,
+    and with a sliding ``window`` W also ``j > t - W`` (keys ``max(0, t - W + 1) .. t``)."""
+    rows = torch.arange(length, device=device) if rows is None else rows.to(device)
+    keys = torch.arange(length, device=rows.device)[None, :]
+    visible = keys <= rows[:, None]
+    if window:
+        visible &= keys > rows[:, None] - int(window)
+    return visible
+
+
+def check_causal_mask(mask: Tensor | None, length: int, where: str, sliding_window=None,
+                      banded: bool = False) -> int | None:
     """The additive mask must be 0 exactly where ``j <= t`` and hugely negative elsewhere,
-    the same for every head; raises :class:`UnsupportedAttention` naming what differs."""
+    the same for every head; raises :class:`UnsupportedAttention` naming what differs.
+
+    A layer that passes ``sliding_window`` W < ``length`` may instead carry exactly its band
+    (0 where ``t - W < j <= t``): accepted when ``banded`` (returns W), else refused naming
+    :data:`BANDED_OPT_IN`. Returns the window the mask applies (None: plain causal)."""
     if mask is None:
         raise UnsupportedAttention(
             f"{where} received no attention mask, so it would attend to future tokens; "
@@ -136,37 +176,47 @@ def check_causal_mask(mask: Tensor | None, length: int, where: str, sliding_wind
     if tuple(grid.shape[-2:]) != (length, length):
         raise UnsupportedAttention(f"{where} received a mask of shape {tuple(mask.shape)} for "
                                    f"{length} positions.")
-    causal = torch.ones(length, length, dtype=torch.bool, device=grid.device).tril()
     visible = grid == 0
-    if bool((visible == causal).all()) and bool((grid[:, ~causal] <= -1e4).all()):
-        return
-    if sliding_window is not None and bool((visible <= causal).all()):
+
+    def exactly(expected: Tensor) -> bool:
+        return bool((visible == expected).all()) and bool((grid[:, ~expected] <= -1e4).all())
+
+    if exactly(visible_keys(length, device=grid.device)):
+        return None
+    window = int(sliding_window) if sliding_window else None
+    if window is not None and window < length and exactly(visible_keys(length, window, device=grid.device)):
+        if banded:
+            return window
         raise UnsupportedAttention(
-            f"{where} attends over a sliding window of {sliding_window} tokens, shorter than this "
+            f"{where} attends over a sliding window of {window} tokens, shorter than this "
             f"window of L={length}: its logits are not those of every earlier key. Use windows of "
-            f"L <= {sliding_window}.")
+            f"L <= {window}, or capture with {BANDED_OPT_IN} to measure each sliding-window layer "
+            "over its own window.")
     raise UnsupportedAttention(
-        f"{where} received an attention mask that is not the plain causal mask (0 for keys j <= t, "
-        "-inf after): an additive bias or a restricted window on the logits is not supported.")
+        f"{where} received an attention mask that is not the plain causal mask (0 for keys "
+        "j <= t, -inf after), nor the layer's own sliding-window band: an additive bias or a "
+        "restricted window on the logits is not supported.")
 
 
 def check_weights(weights: Tensor | None, query: Tensor, key: Tensor, scaling: float,
-                  rows: Tensor, where: str) -> None:
-    """The family's own weights on ``rows`` must equal ``softmax(scaling * q . k)`` (causal)."""
+                  rows: Tensor, where: str, window: int | None = None) -> None:
+    """The family's own weights on ``rows`` must equal ``softmax(scaling * q . k)`` over the keys
+    each row sees (causal; within the band for a sliding ``window``)."""
     if weights is None:
         raise UnsupportedAttention(f"{where}: the family's eager attention returned no weights "
                                    "to check the captured logits against.")
     length = query.shape[-2]
     dtype = torch.promote_types(query.dtype, torch.float32)     # float64 models checked in float64
     scores = (query[..., rows, :] @ key.transpose(-1, -2)).to(dtype) * scaling
-    future = torch.arange(length, device=query.device)[None, :] > rows[:, None]
-    expected = scores.masked_fill(future, float("-inf")).softmax(-1)
+    hidden = ~visible_keys(length, window, rows, device=query.device)
+    expected = scores.masked_fill(hidden, float("-inf")).softmax(-1)
     error = float((weights[..., rows, :].to(dtype) - expected).abs().max())
     tolerance = WEIGHT_TOLERANCE.get(query.dtype, 1e-5)
     if not error <= tolerance:
+        mask = "the causal mask" if window is None else f"its sliding window of {window} keys"
         raise UnsupportedAttention(
             f"{where}: the layer's attention weights differ from softmax(scaling * q . k) under "
-            f"the causal mask by {error:.3g} (tolerance {tolerance:g} in {query.dtype}): this "
+            f"{mask} by {error:.3g} (tolerance {tolerance:g} in {query.dtype}): this "
             "family changes its logits in a way normlimits does not capture.")
 
 
@@ -192,15 +242,17 @@ def _record(module, query, key, value, attention_mask, **kwargs):
         raise UnsupportedAttention(f"{where} attends over {key.shape[-2]} keys for {length} "
                                    "queries (a cache or memory tokens); capture needs plain "
                                    "self-attention over the window.")
-    check_causal_mask(attention_mask, length, where, kwargs.get("sliding_window"))
+    window = check_causal_mask(attention_mask, length, where, kwargs.get("sliding_window"),
+                               recording.banded)
     output, weights = eager(module, query, key, value, attention_mask, **kwargs)
     heads = query.shape[1]
     keys, values = expand_heads(key, heads), expand_heads(value, heads)
     count = min(recording.check_rows, length)
     rows = torch.linspace(0, length - 1, count, device=query.device).round().long().unique()
-    check_weights(weights, query, keys, scaling, rows, where)
+    check_weights(weights, query, keys, scaling, rows, where, window)
+    sliding = kwargs.get("sliding_window")
     recording.layers.append(LayerRecord(query.detach(), keys.detach(), values.detach(), scaling, layer,
-                                         module))
+                                        module, int(sliding) if sliding else None))
     return output, weights
 
 
@@ -237,11 +289,12 @@ def switched(model: torch.nn.Module, name: str, function: Callable,
         model.set_attn_implementation(previous)
 
 
-def recording(model: torch.nn.Module, check_rows: int = 3):
+def recording(model: torch.nn.Module, check_rows: int = 3, banded: bool = False):
     """Switch ``model`` to :data:`IMPLEMENTATION` for the ``with`` block and collect what its
     layers pass (the :class:`Recording` it yields); the previous attention implementation is
-    restored afterwards."""
-    return switched(model, IMPLEMENTATION, _record, _ACTIVE, Recording(check_rows=check_rows))
+    restored afterwards. ``banded``: accept sliding-window layers' bands beyond their window."""
+    return switched(model, IMPLEMENTATION, _record, _ACTIVE,
+                    Recording(check_rows=check_rows, banded=banded))
 
 
 def config_refusal(config) -> str | None:

@@ -5,11 +5,15 @@ transformers' attention-function registry: :mod:`normlimits.model.attention_tap`
 layer passes to its attention kernel (queries and keys after rotary embeddings; grouped-query
 keys and values expanded per query head; the factor ``scale`` the layer puts on ``q.k``) and
 checks, on every pass, that the layer's logits are exactly ``scale * q.k`` under the causal mask;
-a family that adds anything else to its logits (ALiBi, soft-capping, attention sinks, a sliding
-window shorter than the window) is refused with an error naming it. ``hidden_states`` give the
+a family that adds anything else to its logits (ALiBi, soft-capping, attention sinks) is refused
+with an error naming it. A sliding-window layer (Mistral, Gemma 3's local layers) sees only its
+last W keys once the window is longer than W: by default (``sliding="cap"``) such windows are
+refused, so every layer of every capture sees every earlier key; with ``sliding="measure"`` they
+are captured, each sliding-window layer over its own band (row t sees keys
+``max(0, t - W + 1) .. t``), and the capture's ``windows`` say which layers are banded. ``hidden_states`` give the
 residual stream entering each layer. Logits ``scale * q.k`` and weights ``softmax(logits / T)``
-are then computed for any subset of query rows, with the causal mask (keys after the query get
-logit ``-inf`` and weight exactly 0). The LM head is skipped: nothing here needs next-token
+are then computed for any subset of query rows, with each layer's own mask (keys after the query,
+and keys before a sliding-window layer's band, get logit ``-inf`` and weight exactly 0). The LM head is skipped: nothing here needs next-token
 logits.
 
 Shapes (W windows, layers, H query heads, L positions, d = d_head, D = d_model, R selected rows):
@@ -18,6 +22,8 @@ Shapes (W windows, layers, H query heads, L positions, d = d_head, D = d_model, 
 - ``hidden``: [layers, L, D] / [W, layers, L, D];
 - ``scale``: [layers], the factor each layer multiplies q.k by (GPT-2: 1/sqrt(d), or less with
   ``scale_attn_by_inverse_layer_idx``; OPT: 1, its queries come scaled by 1/sqrt(d));
+- ``windows``: [layers] long, each layer's sliding window W (0: the layer sees every earlier key),
+  the same for every window of a batch; a layer whose W >= L is plain causal in that capture;
 - ``logits(rows)``, ``weights(rows)``: [layers, H, R, L] / [W, layers, H, R, L].
 
 Captures live where the model's inputs go (``NORMLIMITS_DEVICE``), in the forward pass's dtype
@@ -28,7 +34,7 @@ and ``weights()`` is float32.
 
 Causality: row t of a window depends only on tokens 0..t, so row L-1 of a forward pass over a
 long window equals the last row of the window cut to its first L tokens. One pass over the longest
-window therefore serves every L of a sweep.
+window therefore serves every L of a sweep (in a banded layer, row L-1 sees ``min(L, W)`` keys).
 """
 
 from __future__ import annotations
@@ -52,10 +58,28 @@ class _Attention:
     queries: Tensor
     keys: Tensor
     scale: Tensor
+    windows: Tensor | None
 
     @property
     def length(self) -> int:
         return self.queries.shape[-2]
+
+    @property
+    def banded(self) -> bool:
+        """Whether some layer sees fewer than all earlier keys (a sliding window W < L)."""
+        return self.windows is not None and bool(((self.windows > 0) & (self.windows < self.length)).any())
+
+    def visible(self, rows=None) -> Tensor:
+        """Which keys each layer's query rows see, bool [layers, 1, R, L] (broadcasts over heads;
+        ``j <= t``, and ``j > t - W`` in a layer with sliding window W)."""
+        rows = self._rows(rows)
+        windows = self.windows if self.windows is not None else torch.zeros(
+            self.scale.shape[-1], dtype=torch.long)
+        keys = torch.arange(self.length, device=rows.device)
+        causal = keys[None, :] <= rows[:, None]                                  # [R, L]
+        reach = torch.where(windows > 0, windows, self.length + 1).to(rows.device)
+        band = keys[None, None, :] > rows[None, :, None] - reach[:, None, None]  # [layers, R, L]
+        return (causal[None] & band)[:, None]
 
     def _rows(self, rows) -> Tensor:
         device = self.queries.device
@@ -67,7 +91,8 @@ class _Attention:
         return rows
 
     def logits(self, rows=None) -> Tensor:
-        """``scale * q_t . k_j`` for query rows ``rows`` (default all), ``-inf`` where j > t.
+        """``scale * q_t . k_j`` for query rows ``rows`` (default all), ``-inf`` where j > t and,
+        in a layer with sliding window W, where ``j <= t - W`` (see :attr:`windows`).
 
         Returns [..., H, R, L] in the capture's dtype, on its device.
         """
@@ -79,6 +104,8 @@ class _Attention:
             scores = scores * scale
         else:   # half precision: scale in float32 and round once, as ``tensor * float`` does
             scores = (scores.float() * scale).to(scores.dtype)
+        if self.banded:
+            return scores.masked_fill(~self.visible(rows), float("-inf"))
         future = torch.arange(self.length, device=scores.device)[None, :] > rows[:, None]
         return scores.masked_fill(future, float("-inf"))
 
@@ -100,6 +127,7 @@ class WindowCapture(_Attention):
     values: Tensor
     hidden: Tensor
     scale: Tensor
+    windows: Tensor | None = None
 
 
 @dataclass
@@ -111,6 +139,7 @@ class BatchCapture(_Attention):
     values: Tensor
     hidden: Tensor
     scale: Tensor
+    windows: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.scale.dim() == 1:  # broadcast the per-layer scale over the window axis
@@ -241,18 +270,21 @@ def _gather(tensors, dim: int, device: torch.device) -> Tensor:
 
 
 @torch.no_grad()
-def _forward(model: torch.nn.Module, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _forward(model: torch.nn.Module, ids: Tensor, banded: bool = False
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """One forward pass over ids [B, L] through the model's base (no LM head).
 
     Returns q, k, v [B, layers, H, L, d], hidden [B, layers, L, D] (the residual stream entering
-    each layer) and the per-layer scale [layers] (float32), on the device of the model's inputs.
-    Raises :class:`normlimits.model.errors.UnsupportedModelError` when a layer's logits are not
-    ``scale * q . k`` under the causal mask (see :mod:`normlimits.model.attention_tap`).
+    each layer), the per-layer scale [layers] (float32) and sliding windows [layers] (long, 0:
+    none), on the device of the model's inputs. Raises
+    :class:`normlimits.model.errors.UnsupportedModelError` when a layer's logits are not
+    ``scale * q . k`` under the causal mask, or under its sliding-window band when ``banded``
+    (see :mod:`normlimits.model.attention_tap`).
     """
     device = input_device(model)
     ids = ids.to(device)
     try:
-        with attention_tap.recording(model) as record:
+        with attention_tap.recording(model, banded=banded) as record:
             out = model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids),
                                    output_hidden_states=True, use_cache=False)
     except attention_tap.UnsupportedAttention as exc:
@@ -276,7 +308,8 @@ def _forward(model: torch.nn.Module, ids: Tensor) -> tuple[Tensor, Tensor, Tenso
     v = _gather([r.value for r in layers], 1, device)
     hidden = _gather(out.hidden_states[:len(layers)], 1, device)
     scale = torch.tensor([r.scaling for r in layers], dtype=torch.float32, device=device)
-    return q, k, v, hidden, scale
+    windows = torch.tensor([r.window or 0 for r in layers], dtype=torch.long, device=device)
+    return q, k, v, hidden, scale, windows
 
 
 def _family(model: torch.nn.Module) -> str:
@@ -288,52 +321,62 @@ def _layer_count(model: torch.nn.Module) -> int:
     return int(config.num_hidden_layers)
 
 
-def _as_ids(loaded, ids) -> Tensor:
-    """The shared token-id validator with the model's vocabulary and context."""
-    return validation.token_ids(ids, vocab_size=loaded.vocab_size, max_positions=loaded.max_positions,
-                                limit=loaded.context_limit)
+def _as_ids(loaded, ids, sliding: str = "cap") -> Tensor:
+    """The shared token-id validator with the model's vocabulary and context (for ``sliding``:
+    :meth:`normlimits.model.pretrained.LoadedModel.positions`)."""
+    return validation.token_ids(ids, vocab_size=loaded.vocab_size, max_positions=loaded.positions(sliding),
+                                limit=loaded.positions_limit(sliding))
 
 
-def capture_window(loaded, ids) -> WindowCapture:
+def _window_capture(loaded, ids: Tensor, sliding: str) -> WindowCapture:
+    q, k, v, hidden, scale, windows = _forward(loaded.model, ids.reshape(1, -1),
+                                               banded=attention_tap.check_sliding(sliding) == "measure")
+    return WindowCapture(q[0], k[0], v[0], hidden[0], scale, windows)
+
+
+def capture_window(loaded, ids, sliding: str = "cap") -> WindowCapture:
     """One forward pass over one window of token ids [L]; returns its :class:`WindowCapture`.
 
     ``ids``: integer token ids (a float, negative or out-of-vocabulary id, or L = 0 or beyond the
     context, is an :class:`normlimits.core.validation.InputError`). The capture lives on the device of
-    the model's inputs, in the forward pass's dtype.
+    the model's inputs, in the forward pass's dtype. ``sliding``: ``"cap"`` (default) refuses a
+    window longer than the model's sliding window; ``"measure"`` captures up to the model's
+    context, each sliding-window layer over its own band (:mod:`normlimits.model.capture`).
     """
-    ids = _as_ids(loaded, ids)
+    ids = _as_ids(loaded, ids, sliding)
     if ids.dim() != 1:
         raise validation.InputError(f"ids has shape {tuple(ids.shape)}; capture_window takes one "
                                     "window [L] (use iter_captures or capture_batch for [W, L]).")
-    q, k, v, hidden, scale = _forward(loaded.model, ids.reshape(1, -1))
-    return WindowCapture(q[0], k[0], v[0], hidden[0], scale)
+    return _window_capture(loaded, ids, sliding)
 
 
-def _windows(loaded, windows) -> Tensor:
-    windows = _as_ids(loaded, windows)
+def _windows(loaded, windows, sliding: str = "cap") -> Tensor:
+    windows = _as_ids(loaded, windows, sliding)
     if windows.dim() != 2:
         raise validation.InputError(f"windows has shape {tuple(windows.shape)}; pass token ids "
                                     "[W, L] (one row per window), e.g. from token_windows(...).")
     return windows
 
 
-def iter_captures(loaded, windows) -> Iterator[WindowCapture]:
-    """One :class:`WindowCapture` per row of ``windows`` [W, L], one forward pass each (memory-flat)."""
-    windows = _windows(loaded, windows)      # validated before the first pass, not lazily
+def iter_captures(loaded, windows, sliding: str = "cap") -> Iterator[WindowCapture]:
+    """One :class:`WindowCapture` per row of ``windows`` [W, L], one forward pass each (memory-flat);
+    ``sliding`` as in :func:`capture_window`."""
+    windows = _windows(loaded, windows, sliding)      # validated before the first pass, not lazily
 
     def generate():
         for ids in windows:
-            q, k, v, hidden, scale = _forward(loaded.model, ids.reshape(1, -1))
-            yield WindowCapture(q[0], k[0], v[0], hidden[0], scale)
+            yield _window_capture(loaded, ids, sliding)
 
     return generate()
 
 
-def capture_batch(loaded, windows) -> BatchCapture:
-    """Captures of all ``windows`` [W, L] stacked (memory grows with W: small models only)."""
-    windows = _windows(loaded, windows)
-    parts = [_forward(loaded.model, ids[None]) for ids in windows]
+def capture_batch(loaded, windows, sliding: str = "cap") -> BatchCapture:
+    """Captures of all ``windows`` [W, L] stacked (memory grows with W: small models only);
+    ``sliding`` as in :func:`capture_window`."""
+    windows = _windows(loaded, windows, sliding)
+    banded = attention_tap.check_sliding(sliding) == "measure"
+    parts = [_forward(loaded.model, ids[None], banded=banded) for ids in windows]
     q, k, v, hidden = (torch.cat(t) for t in list(zip(*parts))[:4])
-    return BatchCapture(q, k, v, hidden, parts[0][4])
+    return BatchCapture(q, k, v, hidden, parts[0][4], parts[0][5])
 
 

@@ -8,10 +8,15 @@ keyed by everything the captures depend on:
   memory, so a model changed after loading gets its own entry), the factor each layer puts on
   ``q.k``, the device type and the dtype of the forward pass;
 - the corpus's sha256, the window length L and the window count (which fix the windows);
-- the versions of torch and transformers, and a digest of this package's sources.
+- the versions of torch and transformers, and a digest of this package's sources;
+- the entry format, :data:`FORMAT` (2 since entries hold each layer's sliding window: an entry
+  of format 1 has none, and is never read as one).
+
+Whether the capture was opened with ``sliding="measure"`` is not in the key: below the sliding
+window both settings capture the same tensors, and above it only ``"measure"`` captures at all.
 
 Each window is one safetensors file holding ``queries``, ``keys``, ``values``, ``hidden``,
-``scale`` and the window's token ``ids`` (keys and values of grouped-query attention once per
+``scale``, ``windows`` (each layer's sliding window, 0 for none) and the window's token ``ids`` (keys and values of grouped-query attention once per
 key-value head, with the repeat in ``kv_repeat``, and expanded again on loading to the same
 bits: SmolLM2's 1024-token window takes 189 MB instead of 283 MB), written atomically (a temporary file renamed into place),
 in the dtype of the forward pass (float32 by default: the cache returns bit-identical tensors, so
@@ -60,7 +65,9 @@ from normlimits.model.corpus import token_windows
 
 #: the folder under the build directory (``execution_cache.DERIVED`` drops it)
 BUILD_SUBDIR = "captures"
-FIELDS = ("queries", "keys", "values", "hidden", "scale")
+FIELDS = ("queries", "keys", "values", "hidden", "scale", "windows")
+#: the entry format (2: ``windows`` stored); part of every key
+FORMAT = 2
 KEY_FILE = "key.json"
 
 
@@ -106,6 +113,7 @@ def capture_key(loaded, corpus, length: int, count: int, shift: float = 0.0) -> 
     model = loaded.model
     parameter = next(model.parameters())
     key = {
+        "format": FORMAT,
         "model": loaded.name,
         "model_sha256": model_fingerprint(model),
         "scales": [round(float(s), 12) for s in layer_scales(model)],
@@ -150,6 +158,8 @@ def _entry_bytes(capture: WindowCapture, ids: Tensor) -> bytes:
     from safetensors.torch import save
 
     tensors = {name: getattr(capture, name) for name in FIELDS}
+    if tensors["windows"] is None:          # a capture made by hand: every layer sees every key
+        tensors["windows"] = torch.zeros(capture.scale.shape[-1], dtype=torch.long)
     repeat = kv_repeat(capture.keys, capture.values)
     if repeat > 1:
         for name in ("keys", "values"):
@@ -270,14 +280,15 @@ ROOM_REMEDY = f"{room_remedy(CAPTURE_CACHE_ENV)}, or to off (no caching)"
 
 def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None,
           on_window: Callable[[int, bool], None] | None = None,
-          remedy: str = ROOM_REMEDY) -> Iterator[WindowCapture]:
+          remedy: str = ROOM_REMEDY, sliding: str = "cap") -> Iterator[WindowCapture]:
     """One capture per row of ``windows`` [W, L]: loaded from ``folder`` when stored there,
     else computed (one forward pass) and stored. ``folder`` None: computed, nothing stored.
     ``on_window(index, reused)``, if given, is told for each window whether it came from
     ``folder`` (before the capture is yielded). Before the first window is stored, a disk
     without room for all the windows still to store is refused (:func:`check_room`); that and a
     full disk while writing raise :class:`~normlimits.core.cache.DiskFullError` naming the
-    folder and ``remedy`` (the setting or option that chose the folder)."""
+    folder and ``remedy`` (the setting or option that chose the folder). ``sliding``: as in
+    :func:`normlimits.model.capture.capture_window`."""
     writable = folder is not None
     if writable and key is not None:
         if "package" in key and not (folder / KEY_FILE).is_file():   # a new entry: drop stale ones
@@ -295,7 +306,8 @@ def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None,
         path = None if folder is None else window_path(folder, index)
         capture = _load(path, ids, device) if path is not None else None
         if capture is None:
-            capture = capture_window(loaded, ids)
+            capture = (capture_window(loaded, ids) if sliding == "cap"
+                       else capture_window(loaded, ids, sliding=sliding))
             if writable:
                 data = _entry_bytes(capture, ids)
                 if not checked:
@@ -314,18 +326,19 @@ def serve(loaded, windows: Tensor, folder: Path | None, key: dict | None = None,
         yield capture
 
 
-def cached_captures(loaded, corpus, length: int, count: int, shift: float = 0.0
-                    ) -> Iterator[WindowCapture]:
+def cached_captures(loaded, corpus, length: int, count: int, shift: float = 0.0,
+                    sliding: str = "cap") -> Iterator[WindowCapture]:
     """Captures of ``token_windows(loaded, corpus, length, count, shift=shift)``, one per window,
     in order, through the shared cache (:func:`capture_cache_dir`): a drop-in replacement for
     ``iter_captures(loaded, token_windows(...))`` that runs each forward pass once per build.
-    Memory-flat: one window at a time."""
-    windows = token_windows(loaded, corpus, length, count, shift=shift)  # validates length, count
+    Memory-flat: one window at a time. ``sliding="measure"`` allows windows beyond the model's
+    sliding window (:func:`normlimits.model.capture.capture_window`)."""
+    windows = token_windows(loaded, corpus, length, count, shift=shift, sliding=sliding)
     root = capture_cache_dir()
     if root is None:
-        return serve(loaded, windows, None)
+        return serve(loaded, windows, None, sliding=sliding)
     key = capture_key(loaded, corpus, length, count, shift)
-    return serve(loaded, windows, root / key_digest(key), key)
+    return serve(loaded, windows, root / key_digest(key), key, sliding=sliding)
 
 
 def entry_bytes(folder: Path | None = None) -> int:

@@ -181,15 +181,22 @@ def check_window_length(length: int, max_positions: int, limit: str | None = Non
 
 
 def token_windows(loaded, corpus: Corpus, length: int, count: int, *,
-                  count_origin: str | None = None, shift: float = 0.0) -> torch.Tensor:
+                  count_origin: str | None = None, shift: float = 0.0,
+                  sliding: str = "cap") -> torch.Tensor:
     """``count`` deterministic windows of ``length`` tokens, LongTensor [count, length].
+
+    ``length`` is bounded by the model's context, or by its sliding window unless ``sliding`` is
+    ``"measure"`` (:meth:`normlimits.model.pretrained.LoadedModel.positions`).
 
     Windows start at evenly spaced offsets over the whole tokenised text, so the same corpus and
     tokenizer always give the same windows (``shift``: moved by that fraction of the spacing,
     :func:`window_starts`). ``count_origin`` names where ``count`` came from in the errors (an
     option such as ``--windows``); default the setting ``NORMLIMITS_WINDOWS``.
     """
-    check_window_length(length, loaded.max_positions, getattr(loaded, "context_limit", None))
+    if hasattr(loaded, "positions"):
+        check_window_length(length, loaded.positions(sliding), loaded.positions_limit(sliding))
+    else:
+        check_window_length(length, loaded.max_positions, getattr(loaded, "context_limit", None))
     if count_origin is None:
         count_remedy = f"Set {WINDOWS_ENV} (or the window count) to"
     else:

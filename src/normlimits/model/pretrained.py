@@ -23,6 +23,7 @@ from normlimits.core.devices import Placement, placement
 from normlimits.core.settings import MODEL_ENV
 from normlimits.model.errors import ModelError, UnsupportedModelError
 from normlimits.model.attention_tap import config_refusal
+from normlimits.model.attention_tap import check_sliding
 from normlimits.model.capture import layer_scales
 
 #: the names the model setting knows besides ids, folders and .gguf files (resolved by
@@ -138,6 +139,29 @@ class LoadedModel:
             return f"sliding window={window}"
         name = "n_positions" if self.family == "gpt2" else "max_position_embeddings"
         return f"{name}={self.max_positions}"
+
+    @property
+    def context_positions(self) -> int:
+        """The model's whole context (``max_position_embeddings``), a sliding window or not: the
+        longest window a capture with ``sliding="measure"`` accepts, where each sliding-window layer
+        is recorded over its own window (row t sees keys ``max(0, t - W + 1) .. t``)."""
+        return int(self.text_config.max_position_embeddings)
+
+    def positions(self, sliding: str = "cap") -> int:
+        """The longest window for the ``sliding`` setting (:data:`normlimits.model.attention_tap.SLIDING`): :attr:`max_positions`
+        (``"cap"``, the default) or :attr:`context_positions` (``"measure"``)."""
+        return self.context_positions if check_sliding(sliding) == "measure" else self.max_positions
+
+    def positions_limit(self, sliding: str = "cap") -> str:
+        """What bounds :meth:`positions` in words, for error messages: with ``"cap"`` on a model
+        with a sliding window shorter than its context, also the setting that goes beyond it."""
+        if check_sliding(sliding) == "measure":
+            name = "n_positions" if self.family == "gpt2" else "max_position_embeddings"
+            return f"{name}={self.context_positions}"
+        if self.max_positions < self.context_positions:
+            return (f"{self.context_limit}; pass sliding=\"measure\" to capture up to its context "
+                    f"of {self.context_positions}, each sliding-window layer over its own window")
+        return self.context_limit
 
 
 def sliding_window(config) -> int | None:
