@@ -78,20 +78,28 @@ def test_grids_are_the_books_choices_and_protocol_is_used_by_the_bench():
     assert bench.PAPER_TABLE1 is P.PAPER_TABLE1
 
 
-def test_sampling_is_full_up_to_gpt2_and_reduced_above():
+def test_sampling_is_full_for_the_stand_ins_and_reduced_by_work_above():
     from normlimits.core import protocol as P
 
-    stand_in = P.sampling_for(16, 1024, 8)
+    stand_in = P.sampling_for(16, 1024, 8, head_size=48)
     assert stand_in.full and stand_in.study_windows == 8 and stand_in.per_octave == P.POSITIONS_PER_OCTAVE
     assert stand_in.reading_vectors == ("hidden", "values_sphere", "hidden_sphere")
     assert stand_in.removal_windows == P.REMOVAL_WINDOWS
-    assert P.sampling_for(144, 1024, 8).full, "GPT-2 124M keeps the book's full sampling"
-    smollm2 = P.sampling_for(270, 1024, 8)
-    assert not smollm2.full
-    assert (smollm2.study_windows, smollm2.separability_windows, smollm2.removal_windows) == (
-        P.LARGE_STUDY_WINDOWS, P.LARGE_SEPARABILITY_WINDOWS, P.LARGE_REMOVAL_WINDOWS)
-    assert smollm2.per_octave == P.LARGE_POSITIONS_PER_OCTAVE and "hidden" not in smollm2.reading_vectors
-    assert P.sampling_for(270, 1024, 1).study_windows == 1, "never more windows than the setting"
-    assert "more than" in smollm2.words(270 * 1024) and "within" in stand_in.words(16 * 1024)
-    with pytest.raises(ValueError):
-        P.sampling_for(0, 1024, 8)
+    # the cost grows with the head size: Gemma 3's 72 heads of 256 at L = 512 weigh as much as
+    # GPT-2's 144 heads of 64 at 1024, and both as much as each other
+    assert P.sampling_work(72, 512, 256) == P.sampling_work(144, 1024, 64)
+    for heads, length, size in ((144, 1024, 64), (72, 512, 256), (270, 1024, 64)):
+        large = P.sampling_for(heads, length, 8, head_size=size)
+        assert not large.full
+        assert (large.study_windows, large.separability_windows, large.removal_windows) == (
+            P.LARGE_STUDY_WINDOWS, P.LARGE_SEPARABILITY_WINDOWS, P.LARGE_REMOVAL_WINDOWS)
+        assert large.per_octave == P.LARGE_POSITIONS_PER_OCTAVE and "hidden" not in large.reading_vectors
+    # the same heads and length with a smaller head size are full again
+    assert P.sampling_for(72, 512, 8, head_size=64).full
+    assert P.sampling_for(270, 1024, 1, head_size=64).study_windows == 1, "never more windows than the setting"
+    work = P.sampling_work(270, 1024, 64)
+    assert "more than" in P.sampling_for(270, 1024, 8, head_size=64).words(work)
+    assert "within" in stand_in.words(P.sampling_work(16, 1024, 48))
+    for bad in ((0, 1024, 8, 64), (16, 1024, 8, 0)):
+        with pytest.raises(ValueError):
+            P.sampling_for(*bad[:3], head_size=bad[3])

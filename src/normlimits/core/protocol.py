@@ -35,7 +35,7 @@ __all__ = [
     "ALT_SYNTHETIC_TRIALS",
     "REMOVAL_TOLERANCES", "REMOVAL_TOLERANCE", "REMOVAL_LENGTHS", "REMOVAL_TARGETS",
     "REMOVAL_WINDOWS", "REMOVAL_EXPONENT_BAND", "REMOVAL_RENORM_FACTOR", "REMOVAL_PREDICT_FACTOR",
-    "FULL_SAMPLING_HEAD_ROWS", "LARGE_STUDY_WINDOWS", "LARGE_POSITIONS_PER_OCTAVE",
+    "FULL_SAMPLING_WORK", "sampling_work", "LARGE_STUDY_WINDOWS", "LARGE_POSITIONS_PER_OCTAVE",
     "LARGE_READING_WINDOWS", "LARGE_SEPARABILITY_WINDOWS", "LARGE_REMOVAL_WINDOWS", "Sampling",
     "sampling_for",
 ]
@@ -244,12 +244,17 @@ REMOVAL_PREDICT_FACTOR = 2.0
 # ------------------------------------------------------------- sampling at the model's size
 #: book: the position-averaged studies of the distances chapter, the every-position sweep of the
 #: separability chapter and the removal experiment cost in proportion to the (head, query
-#: position) pairs of a window. Up to this many per window (the stand-in's 16 x 1024, GPT-2
-#: 124M's 144 x 1024) a chapter measures the book's full sampling; above it (SmolLM2-135M's
-#: 270 x 1024) it measures the LARGE_* sampling below, which fits its time budget on 2 CPU cores
-#: (measured 2026-12-02 on SmolLM2-135M, 8 windows of 1024 tokens: distances 1355 s, separability's
-#: sweep about 680 s), says so on the page, and measures the subsample's error where it can.
-FULL_SAMPLING_HEAD_ROWS = 150_000
+#: position) pairs of a window times the head size (their Monte Carlo means, distances and inner
+#: products are d-dimensional). Up to this many (head, position, dimension) products per window a
+#: chapter measures the book's full sampling: the stand-ins (16 heads x 1024 x 48 = 786,432) are
+#: within it. Above it it measures the LARGE_* sampling below, which fits its time budget on 2 CPU
+#: cores: SmolLM2-135M (270 x 1024 x 64 = 17.7M; measured 2026-12-02 with the full sampling, 8
+#: windows of 1024 tokens: distances 1355 s, separability's sweep about 680 s), GPT-2 124M and
+#: Gemma 3 270M at L = 512 (144 x 1024 x 64 = 72 x 512 x 256 = 9.4M; measured 2026-12-05, Gemma 3
+#: with the full sampling: the distances chapter's study cell ran past its 1,500 s timeout, on 2
+#: cores shared with other work). A chapter says which sampling it used and measures the
+#: subsample's error where it can.
+FULL_SAMPLING_WORK = 4_000_000
 #: book: windows of the distances chapter's position-averaged studies on a large model
 LARGE_STUDY_WINDOWS = 4
 #: book: query positions per octave of t in those studies (every position below 2x this)
@@ -276,24 +281,33 @@ class Sampling(NamedTuple):
     #: the vectors of the reading table besides the value vectors
     reading_vectors: tuple[str, ...]
 
-    def words(self, head_rows: int) -> str:
-        """The sampling in a sentence for the page."""
+    def words(self, work: int) -> str:
+        """The sampling in a sentence for the page (``work``: the window's (head, query position,
+        dimension) products, :func:`sampling_work`)."""
         if self.full:
-            return (f"this model's windows hold {head_rows:,} (head, query position) pairs, within "
-                    f"the {FULL_SAMPLING_HEAD_ROWS:,} for which the book measures its full sampling")
-        return (f"this model's windows hold {head_rows:,} (head, query position) pairs, more than "
-                f"the {FULL_SAMPLING_HEAD_ROWS:,} for which the book measures its full sampling on "
+            return (f"this model's windows hold {work:,} (head, query position, dimension) products, "
+                    f"within the {FULL_SAMPLING_WORK:,} for which the book measures its full sampling")
+        return (f"this model's windows hold {work:,} (head, query position, dimension) products, more "
+                f"than the {FULL_SAMPLING_WORK:,} for which the book measures its full sampling on "
                 f"2 CPU cores, so the heavy studies use fewer windows and positions")
 
 
-def sampling_for(n_heads_total: int, length: int, windows: int) -> Sampling:
-    """The sampling of the heavy studies for a model with ``n_heads_total`` heads (all layers),
-    windows of ``length`` tokens and ``windows`` windows (the window-count setting): the book's
-    full sampling up to :data:`FULL_SAMPLING_HEAD_ROWS` (head, position) pairs per window, the
-    ``LARGE_*`` constants above it (never more windows than the setting gives)."""
-    if n_heads_total < 1 or length < 1 or windows < 1:
-        raise ValueError(f"need heads, length and windows >= 1 (got {n_heads_total}, {length}, {windows})")
-    if n_heads_total * length <= FULL_SAMPLING_HEAD_ROWS:
+def sampling_work(n_heads_total: int, length: int, head_size: int) -> int:
+    """The (head, query position, dimension) products of one window: what the heavy studies'
+    cost is proportional to."""
+    return int(n_heads_total) * int(length) * int(head_size)
+
+
+def sampling_for(n_heads_total: int, length: int, windows: int, *, head_size: int) -> Sampling:
+    """The sampling of the heavy studies for a model with ``n_heads_total`` heads (all layers) of
+    ``head_size`` dimensions, windows of ``length`` tokens and ``windows`` windows (the
+    window-count setting): the book's full sampling up to :data:`FULL_SAMPLING_WORK` (head,
+    position, dimension) products per window (:func:`sampling_work`), the ``LARGE_*`` constants
+    above it (never more windows than the setting gives)."""
+    if n_heads_total < 1 or length < 1 or windows < 1 or head_size < 1:
+        raise ValueError(f"need heads, length, windows and head size >= 1 (got {n_heads_total}, "
+                         f"{length}, {windows}, {head_size})")
+    if sampling_work(n_heads_total, length, head_size) <= FULL_SAMPLING_WORK:
         return Sampling(True, windows, windows, min(windows, REMOVAL_WINDOWS), POSITIONS_PER_OCTAVE,
                         min(windows, READING_TABLE_WINDOWS), ("hidden", "values_sphere", "hidden_sphere"))
     return Sampling(False, min(windows, LARGE_STUDY_WINDOWS), min(windows, LARGE_SEPARABILITY_WINDOWS),
