@@ -77,3 +77,27 @@ def test_a_claim_is_graded_under_a_change_by_its_own_yardstick_and_rule():
     curve = FC.head_size_curve(caps, config, "synthetic", "F3", "separability", (2, 4, 8, 16))
     assert list(curve) == [2, 4, 8]                       # sizes above the head size are skipped
     assert all(r["id"] == "F3" for r in curve.values())
+
+
+def test_the_cause_rows_change_one_thing_at_a_time_on_the_model_it_applies_to():
+    from normlimits.audit.yardsticks import AuditConfig
+
+    wide = [capture(layers=3, heads=2, length=48, d=8, seed=s) for s in (0, 1)]
+    for c in wide:
+        c.windows = torch.tensor([16, 0, 16])           # two local layers, one global
+    narrow = [capture(layers=2, heads=2, length=48, d=4, seed=s) for s in (2, 3)]
+    config = AuditConfig(length=48, separability_rows=8)
+    rows = FC.cause_rows({"wide": wide, "narrow": narrow}, {"wide": config, "narrow": config}, "F3",
+                         "separability")
+    changes = [(r["model"], r["change"]) for r in rows]
+    assert changes == [("wide", "as measured"), ("narrow", "as measured"),
+                       ("wide", "values projected from 8 to 4 dimensions"),
+                       ("wide", "its 1 global layers alone"), ("wide", "its 2 local layers alone")]
+    assert FC.local_and_global(wide[0]) == ([0, 2], [1]) and FC.local_and_global(narrow[0]) == ([], [0, 1])
+    # a yardstick that does not read the values gets no head-size change
+    vanishing = FC.cause_rows({"wide": wide, "narrow": narrow}, {"wide": config, "narrow": config},
+                              "NU", "vanishing")
+    assert not any("projected" in r["change"] for r in vanishing)
+    summary = FC.sink_summary(wide)
+    assert 0 <= summary["heads with over half on the first key"] <= 1
+    assert 0 < summary["median sink share"] < 1

@@ -32,7 +32,8 @@ import torch
 
 from normlimits.audit.yardsticks import YARDSTICKS, AuditConfig
 
-__all__ = ["project_values", "keep_layers", "sink_shares", "graded_under", "head_size_curve"]
+__all__ = ["project_values", "keep_layers", "sink_shares", "graded_under", "head_size_curve", "local_and_global",
+           "cause_rows", "sink_summary", "VALUE_YARDSTICKS"]
 
 
 def project_values(capture, dim: int, seed: int = 0):
@@ -99,3 +100,59 @@ def head_size_curve(captures: Sequence, config: AuditConfig, model: str, claim_i
     return {dim: graded_under([project_values(c, dim, seed) for c in captures], config, model,
                               claim_id, yardstick)
             for dim in dims if dim <= d}
+
+
+def local_and_global(capture) -> tuple[list[int], list[int]]:
+    """The capture's sliding-window (local) layers and its global layers (every layer global
+    where the capture records no windows)."""
+    n_layers = int(capture.queries.shape[0])
+    windows = getattr(capture, "windows", None)
+    if windows is None:
+        return [], list(range(n_layers))
+    local = [i for i in range(n_layers) if int(windows[i]) > 0]
+    return local, [i for i in range(n_layers) if i not in local]
+
+
+#: the yardsticks whose claims read the value vectors (a change of head size can move them)
+VALUE_YARDSTICKS = ("separability", "critical_n")
+
+
+def cause_rows(captures: dict[str, Sequence], configs: dict[str, AuditConfig], claim_id: str,
+               yardstick: str, seed: int = 0) -> list[dict]:
+    """Every change of this module applied to ``claim_id`` on two models' captures
+    (``captures``/``configs``: model name -> its windows' captures and the audit configuration
+    they are graded with): rows ``{"claim", "model", "change", "value", "verdict"}``, first each
+    model as measured, then (for a yardstick of :data:`VALUE_YARDSTICKS`) the model of larger
+    head size with its values projected to the other's, then each model with local layers on its
+    global layers alone and on its local layers alone."""
+    names = list(captures)
+    if len(names) != 2:
+        raise ValueError(f"compare two models (got {names})")
+    out = []
+
+    def add(model, change, caps):
+        row = graded_under(caps, configs[model], model, claim_id, yardstick)
+        out.append({"claim": claim_id, "model": model, "change": change, "value": row.get("value"),
+                    "verdict": row["verdict"]})
+
+    for name in names:
+        add(name, "as measured", captures[name])
+    sizes = {name: int(captures[name][0].values.shape[-1]) for name in names}
+    if yardstick in VALUE_YARDSTICKS and sizes[names[0]] != sizes[names[1]]:
+        big, small = sorted(names, key=lambda n: -sizes[n])
+        add(big, f"values projected from {sizes[big]} to {sizes[small]} dimensions",
+            [project_values(c, sizes[small], seed) for c in captures[big]])
+    for name in names:
+        local, glob = local_and_global(captures[name][0])
+        if local and glob:
+            add(name, f"its {len(glob)} global layers alone", [keep_layers(c, glob) for c in captures[name]])
+            add(name, f"its {len(local)} local layers alone", [keep_layers(c, local) for c in captures[name]])
+    return out
+
+
+def sink_summary(captures: Sequence) -> dict[str, float]:
+    """How much weight a model's heads park on the first key, over its windows: the median head's
+    share (:func:`sink_shares`) and the share of heads that put more than half their weight there."""
+    shares = torch.stack([sink_shares(c) for c in captures]).mean(0).flatten()
+    return {"median sink share": float(shares.median()),
+            "heads with over half on the first key": float((shares > 0.5).double().mean())}
