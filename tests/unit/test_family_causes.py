@@ -92,6 +92,7 @@ def test_the_cause_rows_change_one_thing_at_a_time_on_the_model_it_applies_to():
     changes = [(r["model"], r["change"]) for r in rows]
     assert changes == [("wide", "as measured"), ("narrow", "as measured"),
                        ("wide", "values projected from 8 to 4 dimensions"),
+                       ("wide", "without the first key (the sink)"), ("narrow", "without the first key (the sink)"),
                        ("wide", "its 1 global layers alone"), ("wide", "its 2 local layers alone")]
     assert FC.local_and_global(wide[0]) == ([0, 2], [1]) and FC.local_and_global(narrow[0]) == ([], [0, 1])
     # a yardstick that does not read the values gets no head-size change
@@ -101,3 +102,12 @@ def test_the_cause_rows_change_one_thing_at_a_time_on_the_model_it_applies_to():
     summary = FC.sink_summary(wide)
     assert 0 <= summary["heads with over half on the first key"] <= 1
     assert 0 < summary["median sink share"] < 1
+
+
+def test_without_the_first_key_every_row_is_the_softmax_over_the_other_keys():
+    c = capture(layers=2, heads=2, length=12)
+    dropped = FC.drop_first_key(c)
+    assert dropped.length == 11
+    full = c.weights([11])                                # [layers, H, 1, 12]
+    rest = full[..., 1:] / full[..., 1:].sum(-1, keepdim=True)
+    assert torch.allclose(dropped.weights([10]), rest, atol=1e-6)

@@ -13,7 +13,8 @@ reader needs to judge a third:
 - **local against global layers**: the yardstick on a model's sliding-window layers alone and on
   its global layers alone (:func:`keep_layers`; a model without local layers has one group);
 - **attention sinks**: the share of each head's weight on the first key, averaged over the query
-  rows (:func:`sink_shares`), so the models' sink heads can be compared.
+  rows (:func:`sink_shares`), and the yardstick with the first key taken out of every row
+  (:func:`drop_first_key`).
 
 Grouped keys are not a separate change: with one key/value head every query head of a layer
 shares its value vectors, which the per-head statistics already see. The 4-bit quantisation is
@@ -33,7 +34,7 @@ import torch
 from normlimits.audit.yardsticks import YARDSTICKS, AuditConfig
 
 __all__ = ["project_values", "keep_layers", "sink_shares", "graded_under", "head_size_curve", "local_and_global",
-           "cause_rows", "sink_summary", "VALUE_YARDSTICKS"]
+           "cause_rows", "sink_summary", "drop_first_key", "VALUE_YARDSTICKS"]
 
 
 def project_values(capture, dim: int, seed: int = 0):
@@ -67,6 +68,16 @@ def keep_layers(capture, layers: Sequence[int]):
             changes[field.name] = value.index_select(0, index.to(value.device))
         elif isinstance(value, (tuple, list)) and len(value) == n_layers:
             changes[field.name] = type(value)(value[i] for i in picked)
+    return dataclasses.replace(capture, **changes)
+
+
+def drop_first_key(capture):
+    """``capture`` without its first position: queries, keys, values and hidden states of
+    positions 1..L-1 (a capture of L - 1 positions), so every row's weights are the softmax over
+    the keys it saw except the first, the first key's weight spread over the rest in proportion.
+    The forward pass is not re-run: the other keys and queries are those the model computed with
+    the first token present."""
+    changes = {name: getattr(capture, name)[..., 1:, :] for name in ("queries", "keys", "values", "hidden")}
     return dataclasses.replace(capture, **changes)
 
 
@@ -123,8 +134,9 @@ def cause_rows(captures: dict[str, Sequence], configs: dict[str, AuditConfig], c
     (``captures``/``configs``: model name -> its windows' captures and the audit configuration
     they are graded with): rows ``{"claim", "model", "change", "value", "verdict"}``, first each
     model as measured, then (for a yardstick of :data:`VALUE_YARDSTICKS`) the model of larger
-    head size with its values projected to the other's, then each model with local layers on its
-    global layers alone and on its local layers alone."""
+    head size with its values projected to the other's, then each model without its first key
+    (:func:`drop_first_key`: where a model parks weight on an attention sink, this removes it),
+    then each model with local layers on its global layers alone and on its local layers alone."""
     names = list(captures)
     if len(names) != 2:
         raise ValueError(f"compare two models (got {names})")
@@ -142,6 +154,12 @@ def cause_rows(captures: dict[str, Sequence], configs: dict[str, AuditConfig], c
         big, small = sorted(names, key=lambda n: -sizes[n])
         add(big, f"values projected from {sizes[big]} to {sizes[small]} dimensions",
             [project_values(c, sizes[small], seed) for c in captures[big]])
+    for name in names:
+        row = graded_under([drop_first_key(c) for c in captures[name]],
+                           dataclasses.replace(configs[name], length=configs[name].length - 1),
+                           name, claim_id, yardstick)
+        out.append({"claim": claim_id, "model": name, "change": "without the first key (the sink)",
+                    "value": row.get("value"), "verdict": row["verdict"]})
     for name in names:
         local, glob = local_and_global(captures[name][0])
         if local and glob:
