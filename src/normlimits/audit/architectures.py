@@ -40,10 +40,11 @@ __all__ = ["ARCHITECTURES_ENV", "OFFLINE_MODELS", "ONLINE_MODELS", "YARDSTICK_CL
            "verdict_table", "holds", "headline_text", "plot_yardstick", "survey_protocol"]
 
 ARCHITECTURES_ENV = "NORMLIMITS_ARCHITECTURES"
-OFFLINE_MODELS = ("standin", "standin-rope", "smollm2-135m")
+OFFLINE_MODELS = ("standin", "standin-rope", "smollm2-135m", "gemma3-270m")
 #: windows the survey gives a model when fewer than the build's (its yardsticks' cost per window
-#: grows with its heads and layers: 270 heads of 64 dimensions for SmolLM2-135M, 16 for the stand-ins)
-SURVEY_WINDOWS = {"smollm2-135m": 1}
+#: grows with its heads and layers: 270 heads of 64 dimensions for SmolLM2-135M, 72 of 256 for
+#: Gemma 3 270M, 16 for the stand-ins)
+SURVEY_WINDOWS = {"smollm2-135m": 1, "gemma3-270m": 1}
 ONLINE_MODELS = ("gpt2", "gpt2-medium", "EleutherAI/pythia-160m", "HuggingFaceTB/SmolLM2-135M")
 #: the claims each yardstick grades (the audit's rows), in the paper's order
 YARDSTICK_CLAIMS = {"vanishing": ("NU", "C1"), "critical_n": ("F2c", "F2a"),
@@ -57,7 +58,8 @@ HOLDS = {"confirmed": "holds", "corrected": "holds (corrected form)", "partial":
 
 def model_names(setting: str | None = None) -> list[str]:
     """The models to compare: ``setting`` (default ``NORMLIMITS_ARCHITECTURES``), comma-separated,
-    or the offline models (the two stand-ins and the real pretrained smollm2-135m) then the
+    or the offline models (the two stand-ins and the real pretrained smollm2-135m and
+    gemma3-270m) then the
     online models. Duplicates are dropped; an empty list is refused."""
     raw = setting if setting is not None else os.environ.get(ARCHITECTURES_ENV)
     if raw is None or raw.strip() == "":
