@@ -120,6 +120,7 @@ def capture_key(loaded, corpus, length: int, count: int, shift: float = 0.0) -> 
         "device": parameter.device.type,
         "dtype": str(parameter.dtype).removeprefix("torch."),
         "corpus_sha256": corpus.sha256,
+        "prefix": [int(i) for i in getattr(loaded, "prefix", ())],
         "length": int(length),
         "count": int(count),
         "torch": torch.__version__,

@@ -189,7 +189,9 @@ def token_windows(loaded, corpus: Corpus, length: int, count: int, *,
     ``"measure"`` (:meth:`normlimits.model.pretrained.LoadedModel.positions`).
 
     Windows start at evenly spaced offsets over the whole tokenised text, so the same corpus and
-    tokenizer always give the same windows (``shift``: moved by that fraction of the spacing,
+    tokenizer always give the same windows; each starts with the ids the model's tokenizer puts
+    before every text (``loaded.prefix``, e.g. Gemma 3's beginning-of-sequence token), followed by
+    ``length - len(prefix)`` tokens of text (``shift``: moved by that fraction of the spacing,
     :func:`window_starts`). ``count_origin`` names where ``count`` came from in the errors (an
     option such as ``--windows``); default the setting ``NORMLIMITS_WINDOWS``.
     """
@@ -206,13 +208,19 @@ def token_windows(loaded, corpus: Corpus, length: int, count: int, *,
                            f"{count_remedy[0].lower() + count_remedy[1:]} 1 or more.")
     tokens = corpus_tokens(loaded, corpus)
     origin = getattr(corpus, "origin", CORPUS_ENV)
-    fits = len(tokens) // length
+    prefix = torch.tensor(getattr(loaded, "prefix", ()), dtype=torch.long)
+    if len(prefix) >= length:
+        raise SettingError(f"L={length} leaves no room for text after the {len(prefix)} token(s) the "
+                           f"model's tokenizer starts every text with; use L > {len(prefix)}.")
+    body = length - len(prefix)
+    fits = len(tokens) // body
     if count > max(fits, 1):
         raise SettingError(f"{count:,} windows of L={length} tokens do not fit in the corpus "
                            f"({len(tokens):,} tokens): at most {fits:,} distinct windows fit. "
                            f"{count_remedy} {fits:,} or fewer, or {_point(origin)} a longer text.")
-    starts = window_starts(len(tokens), length, count, origin, shift)
-    return tokens[starts[:, None] + torch.arange(length)[None, :]]
+    starts = window_starts(len(tokens), body, count, origin, shift)
+    text = tokens[starts[:, None] + torch.arange(body)[None, :]]
+    return torch.cat([prefix.expand(count, -1), text], dim=1)
 
 
 #: texts :func:`corpus_label` names, by phrases from their title pages or first lines

@@ -53,7 +53,10 @@ class BitsPerByte:
 @torch.no_grad()
 def bits_per_byte(loaded, texts: list[str]) -> BitsPerByte:
     """Bits per byte of ``loaded`` (a :class:`~normlimits.model.pretrained.LoadedModel` with a ``decode``)
-    over ``texts``: one forward pass per text, no context carried between texts."""
+    over ``texts``: one forward pass per text, no context carried between texts. A text starts
+    with the ids the model's tokenizer puts before every text (``loaded.prefix``), as in training;
+    every text token after them is predicted and counted (without a prefix, the first token has
+    nothing to be predicted from and is not counted)."""
     if loaded.decode is None:
         raise ValueError(f"{loaded.name}: its tokenizer cannot decode, so its predictions cannot "
                          "be counted in bytes")
@@ -61,15 +64,17 @@ def bits_per_byte(loaded, texts: list[str]) -> BitsPerByte:
     device = model.get_input_embeddings().weight.device
     bits, n_bytes, tokens = 0.0, 0, 0
     for text in texts:
-        ids = loaded.encode(text)
+        prefix = list(getattr(loaded, "prefix", ()))
+        ids = prefix + loaded.encode(text)
         if len(ids) < 2:
             continue
         ids = torch.tensor(ids[:loaded.max_positions], dtype=torch.long, device=device)[None]
         logits = model(input_ids=ids[:, :-1]).logits.double()
-        nats = torch.nn.functional.cross_entropy(logits[0], ids[0, 1:], reduction="sum")
+        first = max(len(prefix), 1)          # the first token the model predicts from the text's start
+        nats = torch.nn.functional.cross_entropy(logits[0, first - 1:], ids[0, first:], reduction="sum")
         bits += float(nats) / LN2
-        n_bytes += len(loaded.decode(ids[0, 1:].tolist()).encode("utf-8"))
-        tokens += ids.shape[1] - 1
+        n_bytes += len(loaded.decode(ids[0, first:].tolist()).encode("utf-8"))
+        tokens += ids.shape[1] - first
     if tokens == 0:
         raise ValueError("no text was long enough to predict a token")
     return BitsPerByte(bits=bits, bytes=n_bytes, tokens=tokens)

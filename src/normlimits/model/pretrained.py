@@ -73,6 +73,10 @@ class LoadedModel:
     quantisation: str | None = None
     #: token ids back to text (None where the tokenizer cannot decode)
     decode: Callable[[list[int]], str] | None = None
+    #: the ids the model's own tokenizer puts before every text (its beginning-of-sequence token,
+    #: where it adds one, as Gemma 3's does; empty for GPT-2, SmolLM2 and the byte-level models):
+    #: every window starts with them, as the model saw every text in training
+    prefix: tuple[int, ...] = ()
 
     @property
     def config(self):
@@ -230,15 +234,17 @@ def check_supported(model: torch.nn.Module, setting: str, origin: str = MODEL_EN
                                     f"max_position_embeddings in its configuration. {remedy}")
 
 
-def _tokenizer_for(source: str, setting: str, origin: str = MODEL_ENV) -> tuple[Callable[[str], list[int]], str, Callable]:
+def _tokenizer_for(source: str, setting: str, origin: str = MODEL_ENV
+                   ) -> tuple[Callable[[str], list[int]], str, Callable, tuple[int, ...]]:
     """The tokenizer saved with a model: the byte marker file, else transformers' AutoTokenizer;
-    returns (encode, kind, decode)."""
+    returns (encode, kind, decode, prefix): ``encode`` adds no special token, ``prefix``
+    (:func:`tokenizer_prefix`) is what the tokenizer puts before a text by default."""
     marker = Path(source).expanduser() / BYTE_TOKENIZER_FILE
     if Path(source).expanduser().is_dir() and marker.is_file():
         kind = json.loads(marker.read_text()).get("kind")
         if kind != "bytes":
             raise ModelError(f"{marker} names an unknown tokenizer kind {kind!r}; expected 'bytes'.")
-        return byte_encode, "bytes (UTF-8)", byte_decode
+        return byte_encode, "bytes (UTF-8)", byte_decode, ()
     from transformers import AutoTokenizer
 
     remedy = (f"Save its tokenizer beside it (tokenizer.save_pretrained) or write {BYTE_TOKENIZER_FILE} "
@@ -260,7 +266,19 @@ def _tokenizer_for(source: str, setting: str, origin: str = MODEL_ENV) -> tuple[
     def decode(ids: list[int]) -> str:
         return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
-    return encode, f"{type(tokenizer).__name__} (BPE)", decode
+    sample = "The attention heads."
+    prefix = tokenizer_prefix(tokenizer(sample)["input_ids"], encode(sample))
+    return encode, f"{type(tokenizer).__name__} (BPE)", decode, prefix
+
+
+def tokenizer_prefix(with_special: list[int], plain: list[int]) -> tuple[int, ...]:
+    """The ids a tokenizer puts before a text by default (``with_special``: its ids with the
+    special tokens it adds, ``plain``: without any): the part of ``with_special`` before
+    ``plain`` (empty where it adds nothing before the text, or adds tokens only after it)."""
+    for start in range(len(with_special) - len(plain) + 1):
+        if list(with_special[start:start + len(plain)]) == list(plain):
+            return tuple(int(i) for i in with_special[:start])
+    return ()
 
 
 #: weight files ``save_pretrained`` writes (one file, or an index naming shards)
@@ -409,9 +427,14 @@ def load_pretrained(source: str, setting: str | None = None, *, origin: str = MO
         model.to(where.device)
     model = with_eager_attention(model)
     check_supported(model, setting, origin)
-    encode, kind, decode = _tokenizer_for(source, setting, origin)
-    return LoadedModel(model=model, name=setting, source=where_from, encode=encode,
-                       tokenizer_kind=kind, is_paper_model=(source == PAPER_MODEL), placement=where,
-                       decode=decode)
+    encode, kind, decode, prefix = _tokenizer_for(source, setting, origin)
+    loaded = LoadedModel(model=model, name=setting, source=where_from, encode=encode,
+                         tokenizer_kind=kind, is_paper_model=(source == PAPER_MODEL), placement=where,
+                         decode=decode, prefix=prefix)
+    if prefix:
+        loaded.notes.append(f"Its tokenizer starts every text with {len(prefix)} special token(s) "
+                            f"(ids {list(prefix)}, its beginning-of-sequence token), so every window "
+                            "starts with them, as the model saw text in training; L counts them.")
+    return loaded
 
 
