@@ -40,8 +40,9 @@ if os.environ.get("TOY_STRAY"):
 def test_replica_models_default_list_off_and_the_primary_left_out(monkeypatch):
     monkeypatch.delenv(replicas.REPLICA_OF_ENV, raising=False)
     monkeypatch.delenv(replicas.REPLICAS_ENV, raising=False)
-    assert replicas.replica_models("smollm2-135m") == replicas.DEFAULT_REPLICAS
-    assert replicas.replica_models("standin") == ()
+    assert replicas.replica_models("smollm2-135m") == ("standin", "gemma3-270m")
+    assert replicas.replica_models("gemma3-270m") == ("standin", "smollm2-135m")
+    assert replicas.replica_models("gpt2 (default)") == replicas.DEFAULT_REPLICAS
     monkeypatch.setenv(replicas.REPLICAS_ENV, "standin, standin-rope,standin")
     assert replicas.replica_models("smollm2-135m") == ("standin", "standin-rope")
     monkeypatch.setenv(replicas.REPLICAS_ENV, "off")

@@ -36,8 +36,10 @@ from normlimits.core.paths import book_root
 
 REPLICAS_ENV = "NORMLIMITS_REPLICAS"
 REPLICA_OF_ENV = "NORMLIMITS_REPLICA_OF"
-#: the control models every model-dependent chapter is replayed on by default
-DEFAULT_REPLICAS = ("standin",)
+#: the models every model-dependent chapter is replayed on by default (its primary model left
+#: out): the stand-in as the control, and the two real pretrained families offline, so a claim is
+#: graded on both SmolLM2-135M and Gemma 3 270M whichever of them (or GPT-2) is the primary
+DEFAULT_REPLICAS = ("standin", "smollm2-135m", "gemma3-270m")
 #: seconds a child's cell may run (as the book's own execution timeout)
 CELL_TIMEOUT = 1500
 

@@ -101,8 +101,8 @@ APART = {
               "(labelled variants beside the claims' own rows, which rest on the primary reading)",
     "sensitivity": "sensitivity rows: another protocol on the same model (shown beside the "
                    "claim's own row, never its verdict)",
-    "control": "the paper's claims replayed on the control models (the other model columns of "
-               "the tables)",
+    "control": "the paper's claims replayed on the book's other models, the stand-in and the other "
+               "real family (the other model columns of the tables)",
 }
 
 
