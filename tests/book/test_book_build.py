@@ -58,3 +58,21 @@ def test_every_chapter_recorded_its_time_within_twice_its_budget(built_book):
     assert timings, "no chapter recorded its time (ctx.finish())"
     over = over_budget(timings)
     assert not over, f"chapters over twice their budget (s): {over}; budgets: {CHAPTER_BUDGET_SECONDS}"
+
+
+def test_every_model_dependent_claim_is_graded_on_both_real_families_and_the_stand_in(built_book):
+    """Issue 49: a paper claim replayed on the stand-in (a model-dependent claim of the four paper
+    chapters) is graded on SmolLM2-135M and on Gemma 3 270M too, by the same registered rule, each
+    on its own row (the primary's, or a replica's)."""
+    from normlimits.book.sphinx_ledger import model_setting, part_of
+
+    rows = _rows(built_book)
+    on = {}
+    for row in rows:
+        if part_of(row) in ("paper", "control"):
+            on.setdefault((row["chapter"], row["id"]), set()).add(model_setting(row["model"]))
+    replayed = {key: models for key, models in on.items() if "standin" in models}
+    assert len(replayed) >= 10, f"too few claims replayed on the stand-in: {sorted(replayed)}"
+    missing = {key: sorted({"smollm2-135m", "gemma3-270m"} - models)
+               for key, models in replayed.items() if not {"smollm2-135m", "gemma3-270m"} <= models}
+    assert not missing, f"claims not graded on both real families: {missing}"
