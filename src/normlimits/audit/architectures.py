@@ -35,7 +35,7 @@ from normlimits.audit.yardsticks import AuditConfig
 from normlimits.model.capture_cache import cached_captures
 from normlimits.model.corpus import token_windows
 
-__all__ = ["ARCHITECTURES_ENV", "OFFLINE_MODELS", "ONLINE_MODELS", "YARDSTICK_CLAIMS", "Skipped",
+__all__ = ["ARCHITECTURES_ENV", "OFFLINE_MODELS", "ONLINE_MODELS", "YARDSTICK_CLAIMS", "SURVEY_ROWS", "Skipped",
            "Surveyed", "model_names", "survey", "comparison_table",
            "verdict_table", "holds", "headline_text", "plot_yardstick", "survey_protocol"]
 
@@ -45,6 +45,11 @@ OFFLINE_MODELS = ("standin", "standin-rope", "smollm2-135m", "gemma3-270m")
 #: grows with its heads and layers: 270 heads of 64 dimensions for SmolLM2-135M, 72 of 256 for
 #: Gemma 3 270M, 16 for the stand-ins)
 SURVEY_WINDOWS = {"smollm2-135m": 1, "gemma3-270m": 1}
+#: query rows per window of the separability yardstick where not every position (the default):
+#: Theorem 2's bounds cost grows with the head size, and on Gemma 3 270M's 256 dimensions every
+#: position of one window ran past the chapter's 1,500 s cell timeout (2026-12-05, 2 shared cores);
+#: 128 evenly spaced rows are `normlimits audit`'s default
+SURVEY_ROWS = {"gemma3-270m": 128}
 ONLINE_MODELS = ("gpt2", "gpt2-medium", "EleutherAI/pythia-160m", "HuggingFaceTB/SmolLM2-135M")
 #: the claims each yardstick grades (the audit's rows), in the paper's order
 YARDSTICK_CLAIMS = {"vanishing": ("NU", "C1"), "critical_n": ("F2c", "F2a"),
@@ -149,11 +154,13 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
            yardsticks: Sequence[str] | None = None,
            say: Callable[[str], None] = lambda message: None,
            windows_of: dict[str, int] | None = None,
+           rows_of: dict[str, int] | None = None,
            shift: float = 0.0) -> Iterator[Surveyed | Skipped]:
     """Load each model in turn (only one in memory at a time), run the audit's yardsticks on
     ``window_count`` windows (``windows_of[name]`` where given, at most ``window_count``) of
     L = min(its context, ``max_length``) tokens of ``corpus`` (their starts moved by ``shift`` of
-    their spacing: :func:`normlimits.model.corpus.window_starts`), and yield a :class:`Surveyed`; a
+    their spacing: :func:`normlimits.model.corpus.window_starts`; ``rows_of[name]``: the separability
+    yardstick's query rows per window, every position where not given), and yield a :class:`Surveyed`; a
     model whose loader raises (an unknown id, not available offline, an unsupported family, a
     damaged folder) yields a :class:`Skipped` with the message."""
     from normlimits.audit.command import GLOBAL_SEED, model_label, run_audit
@@ -170,7 +177,8 @@ def survey(names: Sequence[str], corpus, window_count: int, *,
         length = min(int(loaded.max_positions), int(max_length))
         count = min(window_count, (windows_of or {}).get(name, window_count))
         windows = token_windows(loaded, corpus, length, count, shift=shift)
-        config = AuditConfig(length=length, paper_model=bool(loaded.is_paper_model))
+        config = AuditConfig(length=length, paper_model=bool(loaded.is_paper_model),
+                             separability_rows=(rows_of or {}).get(name))
         torch.manual_seed(GLOBAL_SEED)  # as `normlimits audit` does: the same rows for the same model
         # the book's capture cache: a model the chapters ran on is not captured twice
         run = run_audit(loaded, windows, config, yardsticks=yardsticks, say=say,
