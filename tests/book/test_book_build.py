@@ -67,11 +67,14 @@ def test_every_model_dependent_claim_is_graded_on_both_real_families_and_the_sta
     from normlimits.book.sphinx_ledger import model_setting, part_of
 
     rows = _rows(built_book)
-    on = {}
+    on, replayed_on_standin = {}, set()
     for row in rows:
         if part_of(row) in ("paper", "control"):
             on.setdefault((row["chapter"], row["id"]), set()).add(model_setting(row["model"]))
-    replayed = {key: models for key, models in on.items() if "standin" in models}
+        if part_of(row) == "control" and model_setting(row["model"]) == "standin":
+            replayed_on_standin.add((row["chapter"], row["id"]))
+    # the replayed chapters (the alternatives chapter runs on the stand-in itself and replays nothing)
+    replayed = {key: models for key, models in on.items() if key in replayed_on_standin}
     assert len(replayed) >= 10, f"too few claims replayed on the stand-in: {sorted(replayed)}"
     missing = {key: sorted({"smollm2-135m", "gemma3-270m"} - models)
                for key, models in replayed.items() if not {"smollm2-135m", "gemma3-270m"} <= models}
