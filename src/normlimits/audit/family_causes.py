@@ -142,8 +142,8 @@ def cause_rows(captures: dict[str, Sequence], configs: dict[str, AuditConfig], c
         raise ValueError(f"compare two models (got {names})")
     out = []
 
-    def add(model, change, caps):
-        row = graded_under(caps, configs[model], model, claim_id, yardstick)
+    def add(model, change, caps, config=None):
+        row = graded_under(caps, config or configs[model], model, claim_id, yardstick)
         out.append({"claim": claim_id, "model": model, "change": change, "value": row.get("value"),
                     "verdict": row["verdict"]})
 
@@ -155,11 +155,8 @@ def cause_rows(captures: dict[str, Sequence], configs: dict[str, AuditConfig], c
         add(big, f"values projected from {sizes[big]} to {sizes[small]} dimensions",
             [project_values(c, sizes[small], seed) for c in captures[big]])
     for name in names:
-        row = graded_under([drop_first_key(c) for c in captures[name]],
-                           dataclasses.replace(configs[name], length=configs[name].length - 1),
-                           name, claim_id, yardstick)
-        out.append({"claim": claim_id, "model": name, "change": "without the first key (the sink)",
-                    "value": row.get("value"), "verdict": row["verdict"]})
+        add(name, "without the first key (the sink)", [drop_first_key(c) for c in captures[name]],
+            dataclasses.replace(configs[name], length=configs[name].length - 1))
     for name in names:
         local, glob = local_and_global(captures[name][0])
         if local and glob:

@@ -636,10 +636,11 @@ def scoreboard_claim_html(own: dict, chapter_uri: str | None) -> str:
             f'<span class="claim-text">{inline_html(own["claim"])}</span>{gpt2}</th>')
 
 
-def scoreboard_html(rows: list[dict], chapter_uri=lambda chapter: None, chapter_title=lambda chapter: chapter) -> str:
+def scoreboard_html(rows: list[dict], chapter_uri=lambda chapter: None, chapter_title=lambda chapter: chapter,
+                    chapter_lines: bool = True) -> str:
     """The scoreboard: one compact table (class ``claims-scoreboard``, in a box that scrolls
     sideways on a narrow screen), one ``<tbody>`` per chapter under a thin header line with the
-    chapter's title (``chapter_title(chapter)``), one line per claim of the paper
+    chapter's title (``chapter_title(chapter)``; none with ``chapter_lines=False``), one line per claim of the paper
     (:func:`scoreboard_lines`): the claim (:func:`scoreboard_claim_html`), what the paper reports,
     and one cell per model column (:func:`scoreboard_cell_html`). ``chapter_uri(chapter)`` is the
     relative link to a chapter's page, or None. The table declares its column count
@@ -656,7 +657,8 @@ def scoreboard_html(rows: list[dict], chapter_uri=lambda chapter: None, chapter_
         uri = chapter_uri(chapter)
         title = html.escape(chapter_title(chapter))
         name = f'<a href="{html.escape(uri)}">{title}</a>' if uri else title
-        body = [f'<tr class="scoreboard-chapter"><th scope="rowgroup" colspan="{width}">{name}</th></tr>']
+        body = ([f'<tr class="scoreboard-chapter"><th scope="rowgroup" colspan="{width}">{name}</th></tr>']
+                if chapter_lines else [])
         for line in lines:
             own = line_own(line)
             paper = f'<td class="scoreboard-paper">{inline_html(own.get("paper_value") or "—")}</td>'
@@ -679,8 +681,7 @@ def chapter_card_html(rows: list[dict], chapter: str, chapter_uri: str | None,
     if not paper_rows(own):
         return ('<div class="verdict-card verdict-card-empty"><p>No claim of the paper is graded in '
                 "this chapter in this build.</p></div>")
-    table = scoreboard_html(own, lambda _: chapter_uri)
-    table = re.sub(r'<tr class="scoreboard-chapter">.*?</tr>', "", table, count=1)   # one chapter: no header line
+    table = scoreboard_html(own, lambda _: chapter_uri, chapter_lines=False)   # one chapter: no header line
     lead = ('<p class="verdict-card-lead"><strong>At a glance.</strong> The paper\'s claims in this '
             "chapter, what the paper reports, and the verdict on each model by the claim's registered "
             f'rule (hover a cell for the rule). The evidence is in <a href="{html.escape(chapter_uri or "")}#verdict">'
