@@ -73,6 +73,15 @@ def test_glue_roles_become_expressions_and_come_back_unchanged():
     assert lab_contents.eval_to_glue(lab_text) == text
 
 
+def test_roles_inside_a_glue_directive_stay_roles_and_those_around_it_become_expressions():
+    text = ("before {glue:text}`a`\n\n```{glue:figure} fig\n:name: f\n\ncaption {glue:text}`b:.2f`\n```\n\n"
+            "::::{glue:figure} other\n{glue:text}`c`\n::::\n\nafter {glue:text}`d`\n")
+    lab_text = lab_contents.glue_to_eval(text)
+    assert 'paste("a")' in lab_text and 'paste("d")' in lab_text
+    assert "caption {glue:text}`b:.2f`" in lab_text and "\n{glue:text}`c`\n" in lab_text
+    assert lab_contents.eval_to_glue(lab_text) == text
+
+
 @pytest.mark.parametrize("source", sorted((ROOT / "book").glob("*.md")), ids=lambda p: p.name)
 def test_every_page_survives_the_round_trip(source):
     text = source.read_text()

@@ -11,7 +11,9 @@ one translation of Markdown cells, both ways:
   in the cell's metadata (``user_expressions``) are dropped, so the ``.md`` file on disk is the
   book's source, unchanged by a round trip through the lab.
 
-Glue roles that paste from another page (``path::key``) and glue directives are left as they are.
+Glue roles that paste from another page (``path::key``) and glue directives are left as they are,
+roles inside a glue directive's body (a ``{glue:figure}`` caption) included: jupyterlab-myst does not
+parse the body of a directive it does not know, so an expression there would never be evaluated.
 """
 
 from __future__ import annotations
@@ -25,15 +27,28 @@ GLUE_ROLE = re.compile(r"\{glue:text\}`(" + _SAFE + r")`")
 EVAL_ROLE = re.compile(r"\{eval\}`__import__\(\"normlimits\.core\.glued\"\)\.core\.glued\.paste\(\"(" + _SAFE + r")\"\)`")
 
 
+#: a fenced glue directive, from its opening fence to the closing fence of the same length
+GLUE_DIRECTIVE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{glue:[a-z]+\}.*?^(?P=fence)[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
 def glue_to_eval(markdown: str) -> str:
-    """Same-page ``{glue:text}`` roles as inline expressions that paste the glued value."""
+    """Same-page ``{glue:text}`` roles as inline expressions that paste the glued value.
+
+    Roles inside a fenced glue directive (a figure's caption) stay roles: see the module's note.
+    """
     def replace(match):
         content = match.group(1)
         if "::" in content:
             return match.group(0)
         return f'{{eval}}`__import__("normlimits.core.glued").core.glued.paste("{content}")`'
 
-    return GLUE_ROLE.sub(replace, markdown)
+    pieces, start = [], 0
+    for directive in GLUE_DIRECTIVE.finditer(markdown):
+        pieces.append(GLUE_ROLE.sub(replace, markdown[start:directive.start()]))
+        pieces.append(directive.group(0))
+        start = directive.end()
+    pieces.append(GLUE_ROLE.sub(replace, markdown[start:]))
+    return "".join(pieces)
 
 
 def eval_to_glue(markdown: str) -> str:
