@@ -111,3 +111,57 @@ def test_without_the_first_key_every_row_is_the_softmax_over_the_other_keys():
     full = c.weights([11])                                # [layers, H, 1, 12]
     rest = full[..., 1:] / full[..., 1:].sum(-1, keepdim=True)
     assert torch.allclose(dropped.weights([10]), rest, atol=1e-6)
+
+
+def test_guideline3_is_graded_as_the_gradients_chapter_computes_it_and_follows_a_sharper_head():
+    from normlimits.audit.yardsticks import AuditConfig
+    from normlimits.claims import claim
+    from normlimits.core import protocol as P
+    from normlimits.experiments import sharpness as SH
+    from normlimits.metrics.jacobian import default_rows
+
+    caps = [capture(layers=2, heads=2, length=64, d=8, seed=s) for s in (0, 1)]
+    config = AuditConfig(length=64)
+    row = FC.graded_under(caps, config, "synthetic", "G3", "guideline3")
+    # the chapter's own path, at the chapter's settings
+    low, high = P.SHARP_T / 10, P.SHARP_T
+    profile, sep = SH.sharpness_sweep(caps, default_rows(64, P.JACOBIAN_ROWS), (low, high), P.EPSILONS[:1],
+                                      separability_temperatures=(low, high),
+                                      n_grid=[n for n in P.GUIDELINE_N_GRID if n < 64], seed=0)
+    expected = {k: float(v[0]) for k, v in SH.guideline3_values(profile, sep, low, high).items()}
+    assert row["id"] == "G3" and row["value"] == pytest.approx(expected["jacobian_rise"])
+    assert row["verdict"] == claim("G3").rule.grade(expected)
+    # logits ten times sharper put the rows near one-hot at T = 0.1 already: the row-mean norm can
+    # only fall from there, so the rise drops
+    sharp = [WindowCapture(queries=c.queries * 10, keys=c.keys, values=c.values, hidden=c.hidden, scale=c.scale)
+             for c in caps]
+    assert FC.graded_under(sharp, config, "synthetic", "G3", "guideline3")["value"] < row["value"]
+    # without the first key the measure reads the captures at L - 1
+    dropped = FC.graded_under([FC.drop_first_key(c) for c in caps], config, "synthetic", "G3", "guideline3")
+    assert dropped["id"] == "G3" and dropped["value"] is not None
+    with pytest.raises(ValueError, match="no yardstick or claim measure named 'nonsense'"):
+        FC.graded_under(caps, config, "synthetic", "G3", "nonsense")
+
+
+def test_keeping_the_first_positions_is_the_capture_of_the_shorter_window():
+    c = capture(layers=2, heads=2, length=16)
+    cut = FC.keep_first(c, 10)
+    assert cut.length == 10 and cut.hidden.shape == (2, 10, 12)
+    # causal rows: row q of the cut sees the same keys with the same weights
+    assert torch.allclose(cut.weights([3, 9]), c.weights([3, 9])[..., :10])
+    for bad in (1, 17):
+        with pytest.raises(ValueError, match="2..16"):
+            FC.keep_first(c, bad)
+
+
+def test_models_captured_at_different_lengths_get_the_longer_cut_to_the_shorter():
+    from normlimits.audit.yardsticks import AuditConfig
+
+    long = [capture(layers=2, heads=2, length=64, d=8, seed=s) for s in (0, 1)]
+    short = [capture(layers=2, heads=2, length=32, d=8, seed=s) for s in (2, 3)]
+    rows = FC.cause_rows({"long": long, "short": short},
+                         {"long": AuditConfig(length=64), "short": AuditConfig(length=32)}, "NU", "vanishing")
+    cut = [r for r in rows if r["change"].startswith("cut to")]
+    assert [(r["model"], r["change"]) for r in cut] == [("long", "cut to its first 32 positions (the other's L)")]
+    as_short = FC.graded_under([FC.keep_first(c, 32) for c in long], AuditConfig(length=32), "long", "NU", "vanishing")
+    assert cut[0]["value"] == as_short["value"]

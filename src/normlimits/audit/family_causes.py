@@ -12,9 +12,16 @@ reader needs to judge a third:
   agree at equal ``dim``, the head size accounts for their difference;
 - **local against global layers**: the yardstick on a model's sliding-window layers alone and on
   its global layers alone (:func:`keep_layers`; a model without local layers has one group);
+- **window length**: the model surveyed at the longer L cut to its first positions, as many as the
+  other's L (:func:`keep_first`; causal attention makes them exactly a window of that length);
 - **attention sinks**: the share of each head's weight on the first key, averaged over the query
   rows (:func:`sink_shares`), and the yardstick with the first key taken out of every row
   (:func:`drop_first_key`).
+
+Besides the survey's yardsticks, a claim the survey does not grade can be examined where this
+module has a measure for it (:data:`CLAIM_MEASURES`): today guideline 3 (G3, the gradients
+chapter's claim that $T<0.1$ raises the Jacobian without improving separability), measured as
+that chapter measures it (:func:`guideline3`).
 
 Grouped keys are not a separate change: with one key/value head every query head of a layer
 shares its value vectors, which the per-head statistics already see. The 4-bit quantisation is
@@ -31,10 +38,14 @@ from typing import Iterable, Sequence
 
 import torch
 
-from normlimits.audit.yardsticks import YARDSTICKS, AuditConfig
+from normlimits.audit.yardsticks import YARDSTICKS, AuditConfig, Measured
+from normlimits.claims import make_row
+from normlimits.core import protocol as P
+from normlimits.experiments import sharpness as SH
+from normlimits.metrics.jacobian import default_rows
 
 __all__ = ["project_values", "keep_layers", "sink_shares", "graded_under", "head_size_curve", "local_and_global",
-           "cause_rows", "sink_summary", "drop_first_key", "VALUE_YARDSTICKS"]
+           "cause_rows", "sink_summary", "drop_first_key", "keep_first", "VALUE_YARDSTICKS", "guideline3", "CLAIM_MEASURES"]
 
 
 def project_values(capture, dim: int, seed: int = 0):
@@ -81,6 +92,16 @@ def drop_first_key(capture):
     return dataclasses.replace(capture, **changes)
 
 
+def keep_first(capture, length: int):
+    """``capture`` cut to its first ``length`` positions (queries, keys, values and hidden states
+    [..., length, :]). Attention is causal, so the result is exactly the capture of a window of
+    ``length`` tokens; ``length`` must be 2..L."""
+    if not 2 <= length <= capture.length:
+        raise ValueError(f"length={length}: keep 2..{capture.length} positions of the capture")
+    changes = {name: getattr(capture, name)[..., :length, :] for name in ("queries", "keys", "values", "hidden")}
+    return dataclasses.replace(capture, **changes)
+
+
 def sink_shares(capture, rows: Sequence[int] | None = None) -> torch.Tensor:
     """Each head's mean weight on the first key over the query ``rows`` (default: every row from
     the 8th on, so the first rows, which see only a few keys, do not dominate): [layers, H]."""
@@ -90,12 +111,44 @@ def sink_shares(capture, rows: Sequence[int] | None = None) -> torch.Tensor:
     return weights[..., 0].float().mean(-1)
 
 
+def guideline3(captures: Iterable, config: AuditConfig, model: str) -> Measured:
+    """Claim G3 graded as book/gradients.md grades it, without intervals: on each capture's
+    ``JACOBIAN_ROWS`` evenly spaced query rows (:func:`~normlimits.metrics.jacobian.default_rows`
+    at the captures' own length, so a capture without its first key is read at its L - 1), the
+    exact row-mean and largest-row ``||J||_2`` and ``N_s/N`` (value vectors on the unit sphere,
+    ``GUIDELINE_N_GRID`` below L) at ``T = SHARP_T / 10`` against ``T = SHARP_T``
+    (:func:`~normlimits.experiments.sharpness.guideline3_values`). ``config`` is not read (the
+    chapter's protocol fixes every setting); it is taken so the measure has a yardstick's shape."""
+    captures = list(captures)
+    length = int(captures[0].length)
+    low, high = P.SHARP_T / 10, P.SHARP_T
+    profile, sep = SH.sharpness_sweep(captures, default_rows(length, P.JACOBIAN_ROWS), (low, high),
+                                      P.EPSILONS[:1], separability_temperatures=(low, high),
+                                      n_grid=[n for n in P.GUIDELINE_N_GRID if n < length], seed=0)
+    values = {k: float(v[0]) for k, v in SH.guideline3_values(profile, sep, low, high).items()}
+    row = make_row("G3", values, f"T = {low:g} vs {high:g}: row-mean ‖J‖ ×{values['jacobian_rise']:.2f}, "
+                   f"largest row ×{values['largest_row_rise']:.2f}; N_s/N {values['separability_gain']:+.4f}",
+                   chapter="audit", model=model, unresampled=f"{len(captures)} window(s) of the survey, "
+                   "measured to find a cause, not to grade the claim")
+    return Measured("guideline3", [row], values, {"profile": profile, "separability": sep})
+
+
+#: the measures of claims the survey's yardsticks do not grade: name -> function(captures, config,
+#: model) -> Measured, used by :func:`graded_under` beside the yardsticks
+CLAIM_MEASURES = {"guideline3": guideline3}
+
+
 def graded_under(captures: Iterable, config: AuditConfig, model: str, claim_id: str,
                  yardstick: str) -> dict:
     """The audit's graded row of ``claim_id`` measured by ``yardstick`` (a name of
-    :data:`~normlimits.audit.yardsticks.YARDSTICKS`) on ``captures``: the same code and rule as
-    the survey's row, on changed captures."""
-    measured = YARDSTICKS[yardstick](list(captures), config, model)
+    :data:`~normlimits.audit.yardsticks.YARDSTICKS` or of :data:`CLAIM_MEASURES`) on
+    ``captures``: the same code and rule as the survey's row (or the chapter's), on changed
+    captures."""
+    measure = YARDSTICKS.get(yardstick) or CLAIM_MEASURES.get(yardstick)
+    if measure is None:
+        raise ValueError(f"no yardstick or claim measure named {yardstick!r}; known: "
+                         f"{sorted(YARDSTICKS) + sorted(CLAIM_MEASURES)}")
+    measured = measure(list(captures), config, model)
     found = [row for row in measured.rows if row["id"] == claim_id]
     if not found:
         raise ValueError(f"the {yardstick} yardstick grades {[r['id'] for r in measured.rows]}, "
@@ -134,7 +187,9 @@ def cause_rows(captures: dict[str, Sequence], configs: dict[str, AuditConfig], c
     (``captures``/``configs``: model name -> its windows' captures and the audit configuration
     they are graded with): rows ``{"claim", "model", "change", "value", "verdict"}``, first each
     model as measured, then (for a yardstick of :data:`VALUE_YARDSTICKS`) the model of larger
-    head size with its values projected to the other's, then each model without its first key
+    head size with its values projected to the other's, then (where the two were captured at
+    different lengths) the longer cut to the shorter's length (:func:`keep_first`), then each
+    model without its first key
     (:func:`drop_first_key`: where a model parks weight on an attention sink, this removes it),
     then each model with local layers on its global layers alone and on its local layers alone."""
     names = list(captures)
@@ -154,6 +209,12 @@ def cause_rows(captures: dict[str, Sequence], configs: dict[str, AuditConfig], c
         big, small = sorted(names, key=lambda n: -sizes[n])
         add(big, f"values projected from {sizes[big]} to {sizes[small]} dimensions",
             [project_values(c, sizes[small], seed) for c in captures[big]])
+    lengths = {name: int(captures[name][0].length) for name in names}
+    if lengths[names[0]] != lengths[names[1]]:
+        long, short = sorted(names, key=lambda n: -lengths[n])
+        add(long, f"cut to its first {lengths[short]} positions (the other's L)",
+            [keep_first(c, lengths[short]) for c in captures[long]],
+            dataclasses.replace(configs[long], length=lengths[short]))
     for name in names:
         add(name, "without the first key (the sink)", [drop_first_key(c) for c in captures[name]],
             dataclasses.replace(configs[name], length=configs[name].length - 1))
