@@ -1,17 +1,22 @@
-"""The whole book, built strictly on another family: a tiny random Llama made in the test.
+"""The whole book, built strictly on two other families: a tiny random Gemma 3 and a tiny Llama.
 
 The book runs on any supported family (README). This build points the model setting at a tiny
-Llama folder (rotary positions, grouped-query attention, RMSNorm, SwiGLU, ``o_proj``), so a code
-path that reaches into GPT-2's module names (``transformer.h``, ``c_attn``, ``c_proj``) or assumes
-GPT-2's configuration fails here. It builds a copy of the book's pages in a temporary folder,
-every chapter executed afresh (no execution cache shared with the main build, whose outputs must
-not mix with this model's), with its own ledger and capture cache, two windows, and without the
-replicas on the control models (the main build runs those). The architectures chapter surveys its
-default list (the stand-ins and SmolLM2-135M, about 2.5 minutes): its prose pastes all three
-models' numbers, so a survey of the tiny Llama alone fails the strict build (found in a CI run;
-the chapter's handling of a shorter NORMLIMITS_ARCHITECTURES list is left for its own issue).
-Random weights make the numbers
-meaningless; what is tested is that every chapter executes and records its claims on this model.
+Gemma 3 folder (QK-norm, one key/value head, sliding-window layers whose window is shorter than the
+chapters' longest L beside a global layer) and replays the four paper chapters on a tiny Llama
+folder (rotary positions, grouped-query attention with two key/value heads, RMSNorm, SwiGLU,
+``o_proj``) through the replica mechanism, so a code path that reaches into GPT-2's module names
+(``transformer.h``, ``c_attn``, ``c_proj``), assumes GPT-2's or Llama's configuration, or is blind
+to sliding windows fails here. One build covers both families: the replicas of the tiny Llama cost
+seconds, where a second whole build would cost the architectures chapter's surveys again. It builds
+a copy of the book's pages in a temporary folder, every chapter executed afresh (no execution cache
+shared with the main build, whose outputs must not mix with these models'), with its own ledger,
+two windows, and without the replicas on the control models (the main build
+runs those). The architectures chapter surveys its default list (the stand-ins and the two real
+families; their forward passes come from the book's capture cache, which the main build fills,
+keyed by each model's weights): its prose pastes every surveyed model's numbers, so a survey of the tiny models alone
+fails the strict build (the chapter's handling of a shorter NORMLIMITS_ARCHITECTURES list is left
+for its own issue). Random weights make the numbers meaningless; what is tested is that every
+chapter executes and records its claims on both tiny models.
 """
 
 from __future__ import annotations
@@ -50,6 +55,26 @@ def tiny_llama_folder(folder: Path) -> Path:
     return folder
 
 
+def tiny_gemma3_folder(folder: Path) -> Path:
+    """A tiny random Gemma 3 saved with save_pretrained and the byte-tokenizer marker: a
+    sliding-window layer of 256 keys, a global layer and another sliding one, 4 query heads sharing
+    1 key/value head of width 16, 1024 positions (the chapters' longest L, four windows long)."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from normlimits.model.pretrained import BYTE_TOKENIZER_FILE
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=260, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                              num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                              query_pre_attn_scalar=16, max_position_embeddings=1024, sliding_window=256,
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                              bos_token_id=256, eos_token_id=257, pad_token_id=258)
+    Gemma3ForCausalLM(config).save_pretrained(folder)
+    (folder / BYTE_TOKENIZER_FILE).write_text(json.dumps({"kind": "bytes"}))
+    return folder
+
+
 def _copy_book(target: Path) -> Path:
     target.mkdir(parents=True)
     for name in BOOK_FILES:
@@ -66,30 +91,43 @@ def _copy_book(target: Path) -> Path:
     return target
 
 
-def test_the_whole_book_builds_strictly_on_a_tiny_llama(tmp_path):
+def _recorded_on(rows: list[dict], model: Path) -> set[str]:
+    """The chapters with a row graded on ``model`` (a folder), as primary or as a replica."""
+    def on(row):
+        names = (row.get("model", ""), row.get("variant") or "")
+        return any(str(model) in name or Path(name.split(" (")[0]).name == model.name for name in names)
+
+    return {r["chapter"] for r in rows if on(r)}
+
+
+def test_the_whole_book_builds_strictly_on_a_tiny_gemma3_with_a_tiny_llama_replica(tmp_path):
     from normlimits.claims import ledger
 
-    model = tiny_llama_folder(tmp_path / "tiny-llama")
+    gemma = tiny_gemma3_folder(tmp_path / "tiny-gemma3")
+    llama = tiny_llama_folder(tmp_path / "tiny-llama")
     book = _copy_book(tmp_path / "book-copy")
-    env = {**os.environ, "NORMLIMITS_MODEL": str(model), "NORMLIMITS_WINDOWS": "2",
-           "NORMLIMITS_REPLICAS": "off", "NORMLIMITS_LEDGER_DIR": str(tmp_path / "ledger"),
-           "NORMLIMITS_CAPTURE_CACHE": str(tmp_path / "captures"), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "NORMLIMITS_MODEL": str(gemma), "NORMLIMITS_WINDOWS": "2",
+           "NORMLIMITS_REPLICAS": str(llama), "NORMLIMITS_LEDGER_DIR": str(tmp_path / "ledger"),
+           # the book's own capture cache: its entries are keyed by each model's weights, so the
+           # tiny models' entries are their own and the surveyed real models' passes are reused
+           "NORMLIMITS_CAPTURE_CACHE": str(ROOT / "_build" / "captures"), "HF_HUB_OFFLINE": "1"}
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     start = time.perf_counter()
     result = subprocess.run([str(jupyter_book), "build", str(book), "--builder", "html", "-W", "-n",
                              "--keep-going"], cwd=book, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
-    log = ROOT / "_build" / "build-tiny-llama.log"
+    log = ROOT / "_build" / "build-tiny-families.log"
     log.parent.mkdir(exist_ok=True)
     log.write_text(result.stdout + "\n--- stderr ---\n" + result.stderr)
-    assert result.returncode == 0, (f"the strict build on a tiny Llama failed (exit "
+    assert result.returncode == 0, (f"the strict build on a tiny Gemma 3 and Llama failed (exit "
                                     f"{result.returncode}); log in {log}:\n"
                                     + (result.stdout + result.stderr)[-6000:])
-    print(f"book built on a tiny Llama in {seconds:.0f} s")
+    print(f"book built on a tiny Gemma 3 with a tiny Llama replica in {seconds:.0f} s")
     rows = ledger.read_ledger_json(book / "_build" / "ledger.json")
-    own = [r for r in rows if str(model) in r["model"] or Path(r["model"].split(" (")[0]).name == model.name]
-    chapters = {r["chapter"] for r in own}
+    on_gemma, on_llama = _recorded_on(rows, gemma), _recorded_on(rows, llama)
     for chapter in ("vanishing", "distances", "separability", "gradients", "alternatives"):
-        assert chapter in chapters, f"{chapter} recorded no verdict on the tiny Llama ({sorted(chapters)})"
+        assert chapter in on_gemma, f"{chapter} recorded no verdict on the tiny Gemma 3 ({sorted(on_gemma)})"
+    for chapter in ("vanishing", "distances", "separability", "gradients"):
+        assert chapter in on_llama, f"{chapter} recorded no verdict on the tiny Llama replica ({sorted(on_llama)})"
     for row in rows:
         ledger.validate_row(row)
