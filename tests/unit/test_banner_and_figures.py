@@ -101,3 +101,24 @@ def test_the_median_band_is_the_median_line_and_the_10th_to_90th_percentile_band
     assert band.get_label() == "band"
     assert np.allclose(band.get_facecolor()[0][:3], matplotlib.colors.to_rgb("tab:red"))
     plt.close(fig)
+
+
+def test_a_paper_mark_is_a_labelled_dashed_line_at_the_value():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pytest
+    from matplotlib.colors import to_rgba
+
+    from normlimits.core.plotting import PAPER_STYLE, paper_mark
+    from normlimits.core.protocol import SEPARABILITY_KNEE
+
+    fig, ax = plt.subplots()
+    line = paper_mark(ax, x=SEPARABILITY_KNEE, label="knee")
+    assert set(line.get_xdata()) == {SEPARABILITY_KNEE} and line.get_label() == "paper: knee"
+    assert line.get_linestyle() == "--" and to_rgba(line.get_color()) == to_rgba(PAPER_STYLE["color"])
+    assert set(paper_mark(ax, y=0.8, label="level").get_ydata()) == {0.8}
+    with pytest.raises(ValueError):
+        paper_mark(ax, x=1, y=1, label="both")
+    plt.close(fig)

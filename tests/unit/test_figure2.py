@@ -223,3 +223,56 @@ def test_the_proven_interval_check_allows_rounding_of_float32_readings_only(smal
                 F2.check_proven_intervals(planted, study.lengths, study.n_grid.tolist())
         else:
             assert F2.check_proven_intervals(planted, study.lengths, study.n_grid.tolist()).cells == mc.numel()
+
+
+def _fake_search(lengths=(64, 1024)):
+    """A CriticalN-like search whose p-values run from 1e-150 (far below the floor) to 1."""
+    from types import SimpleNamespace
+
+    tests = []
+    for L in lengths:
+        grid = np.array([1, 2, 4, 8, 16, 32, L // 2], float)
+        p = np.logspace(-150, 0, grid.size)
+        p[0] = np.nan                                  # an N whose samples were identical
+        tests.append(SimpleNamespace(n_grid=grid, pvalue=p))
+    return SimpleNamespace(lengths=list(lengths), tests=tests)
+
+
+def test_the_pvalue_panel_is_clipped_to_floor_and_1_and_labels_alpha_and_the_floor():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    F2.pvalue_panel(ax, _fake_search(), alpha=0.01)
+    low, high = ax.get_ylim()
+    assert (low, high) == (F2.P_FLOOR, 1.0)
+    assert all(t <= 1.0 for t in ax.get_yticks() if low <= t <= high)
+    for line in ax.get_lines():                       # nothing drawn outside [floor, 1]
+        y = np.asarray(line.get_ydata(), float)
+        y = y[np.isfinite(y)]
+        assert ((y >= F2.P_FLOOR) & (y <= 1.0)).all(), line.get_label()
+    names = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "α = 0.01" in names
+    alpha_line = [l for l in ax.get_lines() if l.get_label() == "α = 0.01"][0]
+    assert set(alpha_line.get_ydata()) == {0.01}
+    below = [n for n in names if n.startswith("p < 1e-10")]
+    assert len(below) == 1                            # one legend entry however many lengths dip below
+    floor_marks = [l for l in ax.get_lines() if l.get_marker() == "v"]
+    assert floor_marks and all(set(l.get_ydata()) == {F2.P_FLOOR} for l in floor_marks)
+    plt.close(fig)
+
+
+def test_fig2b_and_2c_mark_the_papers_fraction_from_its_constant(small_study):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from normlimits.core.protocol import CRITICAL_FRACTION
+
+    _, study, _ = small_study
+    fig = F2.plot_fig2b(study)
+    paper = [l for l in fig.axes[0].get_lines() if l.get_label().startswith("paper")]
+    assert len(paper) == 1 and paper[0].get_xdata()[0] == CRITICAL_FRACTION * study.lengths[-1]
+    plt.close(fig)

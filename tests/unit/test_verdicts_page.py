@@ -284,6 +284,29 @@ def test_alt_text_comes_from_the_caption():
     assert kept.children[0]["alt"] == "A chosen description"
 
 
+def test_every_image_links_to_its_full_size_file_and_an_existing_link_is_kept():
+    from normlimits.book.sphinx_figures import ENLARGE_CLASS, image_file_href, link_images
+
+    files = {"_build/jupyter_execute/abc.png": ({"page"}, "abc.png"), "pic.png": ({"page"}, "pic1.png")}
+    href = image_file_href(files, "../_images")
+    in_figure = nodes.image(uri="_build/jupyter_execute/abc.png")
+    figure = nodes.figure("", in_figure, nodes.caption("", "A line."))
+    by_candidate = nodes.image(uri="pic.*", candidates={"image/png": "pic.png"})
+    linked = nodes.image(uri="pic.png")
+    existing = nodes.reference("", "", linked, refuri="https://example.org")
+    unknown = nodes.image(uri="nowhere.png")
+    doc = nodes.document(None, None)
+    doc += [figure, nodes.paragraph("", "", by_candidate), nodes.paragraph("", "", existing),
+            nodes.paragraph("", "", unknown)]
+    assert link_images(doc, href) == 2
+    assert isinstance(in_figure.parent, nodes.reference) and in_figure.parent.parent is figure
+    assert in_figure.parent["refuri"] == "../_images/abc.png" and ENLARGE_CLASS in in_figure.parent["classes"]
+    assert by_candidate.parent["refuri"] == "../_images/pic1.png"
+    assert linked.parent is existing and existing["refuri"] == "https://example.org"
+    assert isinstance(unknown.parent, nodes.paragraph)          # not copied by Sphinx: no link to nowhere
+    assert link_images(doc, href) == 0                          # idempotent: no link inside a link
+
+
 def test_a_downloaded_notebook_starts_by_saying_how_to_install_the_package(tmp_path):
     from normlimits.book.sphinx_downloads import (
         ARCHIVE, INSTALL_TAG, install_note, with_install_note, write_archive)

@@ -1,4 +1,5 @@
-"""Sphinx extension: every figure's image says what it shows (its alt text), from its caption.
+"""Sphinx extension: every figure's image says what it shows (its alt text), from its caption, and
+opens full size when clicked.
 
 A figure drawn by a code cell (``mystnb: figure:``) or pasted by ``glue:figure`` reaches the page
 with no alt text of its own, or with its file's path. Before each page is written, every image
@@ -6,11 +7,17 @@ inside a captioned figure whose alt text is missing or a path gets the caption's
 in plain text (math turned into Unicode by :func:`normlimits.claims.plain_text`), e.g. "True and
 expected distance against L at N = 5 on this book's model (the paper's Fig. 2a)." An alt text set
 on purpose (``:alt:``) is kept.
+
+Click to enlarge: on an HTML page, every image not already inside a link is wrapped in a link to
+its own file in ``_images/`` (:func:`link_images`), so a reader can open a figure shown at the
+column's width at its full resolution. An image that already links somewhere keeps its link.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
+from typing import Callable
 
 from docutils import nodes
 
@@ -73,6 +80,57 @@ def describe_figures(app, doctree, docname) -> int:
     return count
 
 
+#: the class of the links :func:`link_images` adds (besides Sphinx's own ``image-reference``)
+ENLARGE_CLASS = "image-enlarge"
+
+
+def link_images(doctree, href: Callable[[nodes.image], str | None]) -> int:
+    """Wrap every image of ``doctree`` that is not already inside a reference in a reference to
+    ``href(image)`` (its full-size file; None: left alone), class :data:`ENLARGE_CLASS`; returns
+    how many images were wrapped."""
+    count = 0
+    for image in list(doctree.findall(nodes.image)):
+        if isinstance(image.parent, nodes.reference):
+            continue
+        target = href(image)
+        if not target:
+            continue
+        link = nodes.reference("", "", refuri=target, internal=True, classes=[ENLARGE_CLASS])
+        image.replace_self(link)
+        link.append(image)
+        count += 1
+    return count
+
+
+def image_file_href(images: dict, imgpath: str) -> Callable[[nodes.image], str | None]:
+    """``href`` for :func:`link_images` on a page whose images folder is ``imgpath`` (relative to
+    the page): the file Sphinx copies the image to, ``imgpath/<name>``, where ``images`` (the
+    environment's ``{source path: (documents, file name)}``) knows the image's ``uri`` or one of
+    its ``candidates``; a remote image links to its URL; an image Sphinx does not copy, None."""
+    def href(image: nodes.image) -> str | None:
+        uri = image.get("uri", "")
+        if "://" in uri:
+            return uri
+        for path in (uri, *image.get("candidates", {}).values()):
+            if path in images:
+                return posixpath.join(imgpath, images[path][1])
+        return None
+
+    return href
+
+
+def link_images_to_their_files(app, doctree, docname) -> int:
+    """``doctree-resolved`` handler: :func:`link_images` with the page's own ``_images`` path
+    (HTML builders only); returns how many images were wrapped."""
+    from sphinx.util.osutil import relative_uri
+
+    if getattr(app.builder, "format", None) != "html":
+        return 0
+    imgpath = relative_uri(app.builder.get_target_uri(docname), app.builder.imagedir)
+    return link_images(doctree, image_file_href(app.env.images, imgpath))
+
+
 def setup(app):
     app.connect("doctree-resolved", describe_figures)
+    app.connect("doctree-resolved", link_images_to_their_files)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

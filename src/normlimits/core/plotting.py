@@ -102,3 +102,18 @@ def median_band(ax, x, values, *, label: str | None = None, band_label: str | No
     ax.fill_between(x, np.percentile(curves, 10, 0), np.percentile(curves, 90, 0),
                     color=line.get_color(), alpha=alpha, lw=0, label=band_label)
     return line
+
+
+#: how the paper's reported values are drawn on a reproduction: grey, dashed, labelled "paper: ..."
+PAPER_STYLE = dict(color="0.35", ls="--", lw=1.2)
+
+
+def paper_mark(ax, *, label: str, x: float | None = None, y: float | None = None):
+    """The paper's reported value on ``ax``: a vertical line at ``x`` or a horizontal one at ``y``
+    (exactly one), in :data:`PAPER_STYLE`, labelled ``"paper: " + label`` for the legend. Take the
+    value from :mod:`normlimits.core.protocol`, never a number typed at the call. Returns the line."""
+    if (x is None) == (y is None):
+        raise ValueError("paper_mark draws one line: give x (vertical) or y (horizontal), not both")
+    line = ax.axvline(x, **PAPER_STYLE) if x is not None else ax.axhline(y, **PAPER_STYLE)
+    line.set_label(f"paper: {label}")
+    return line

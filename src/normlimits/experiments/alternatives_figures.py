@@ -14,11 +14,30 @@ from typing import Sequence
 import numpy as np
 
 
-def _palette(keys):
-    import matplotlib.pyplot as plt
+#: the reference normaliser, drawn black, thickest and on top of the others
+REFERENCE = "softmax"
+#: colours of the other normalisers: colour-blind-safe tab10 without its grey (kept for references)
+_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
+            "#17becf")
+#: markers cycled with the colours (7 against 9 colours: no two of 63 normalisers look alike)
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
-    colours = plt.get_cmap("tab20").colors
-    return {k: colours[i % len(colours)] for i, k in enumerate(keys)}
+
+def normaliser_styles(keys: Sequence[str], dashed: Sequence[str] = ()) -> dict:
+    """Line keyword arguments per normaliser key, for ``plot``: :data:`REFERENCE` black, width 2.6,
+    drawn last (z-order 4), no marker; every other key a (colour, marker) pair no other key has, so
+    neighbours differ in colour and in marker, width 1.2; ``dashed`` keys (rows that need not sum
+    to 1) dashed, the rest solid."""
+    styles, k = {}, 0
+    for key in keys:
+        ls = "--" if key in dashed else "-"
+        if key == REFERENCE:
+            styles[key] = dict(color="k", lw=2.6, ls=ls, marker="o", ms=3.5, zorder=4)
+            continue
+        styles[key] = dict(color=_COLOURS[k % len(_COLOURS)], marker=_MARKERS[k % len(_MARKERS)],
+                           ms=3.5, lw=1.2, ls=ls, zorder=2)
+        k += 1
+    return styles
 
 
 def yardstick_figure(results, keys: Sequence[str], labels: dict, dashed: Sequence[str] = ()):
@@ -28,8 +47,7 @@ def yardstick_figure(results, keys: Sequence[str], labels: dict, dashed: Sequenc
     import matplotlib.pyplot as plt
 
     cfg = results.config
-    colour = _palette(keys)
-    style = {k: "--" if k in dashed else "-" for k in keys}
+    style = normaliser_styles(keys, dashed)
     fig, grid = plt.subplots(3, 2, figsize=(7.2, 10.5))
     # panels (a)-(e) in reading order, the legend in the sixth place
     axes = np.array([[grid[0, 0], grid[0, 1], grid[1, 0]], [grid[1, 1], grid[2, 0], grid[2, 1]]])
@@ -37,15 +55,15 @@ def yardstick_figure(results, keys: Sequence[str], labels: dict, dashed: Sequenc
     n_grid = list(cfg.n_grid)
     temps = np.array(cfg.temperatures)
     for key in keys:
-        kw = dict(color=colour[key], marker="o", ms=3)
-        axes[0, 0].plot(lengths, results.curve(key, "max_weight").numpy(), style[key], label=labels[key], **kw)
+        kw = style[key]
+        axes[0, 0].plot(lengths, results.curve(key, "max_weight").numpy(), label=labels[key], **kw)
         d = results.curve(key, "distance").numpy()
-        axes[0, 1].plot(n_grid, d / d[0], style[key], **kw)
-        axes[0, 2].plot(n_grid, results.curve(key, "separability").numpy(), style[key], **kw)
+        axes[0, 1].plot(n_grid, d / d[0], **kw)
+        axes[0, 2].plot(n_grid, results.curve(key, "separability").numpy(), **kw)
         if "jacobian" in results.stats[key]:
-            axes[1, 0].plot(temps, results.curve(key, "jacobian").numpy(), style[key], **kw)
+            axes[1, 0].plot(temps, results.curve(key, "jacobian").numpy(), **kw)
             axes[1, 1].plot(results.curve(key, "jacobian_selectivity").numpy(),
-                            results.curve(key, "jacobian").numpy(), style[key] if key != "softmax" else "", **kw)
+                            results.curve(key, "jacobian").numpy(), **kw)
     axes[0, 0].plot(lengths, 1 / lengths, "k:", lw=1, label="1/L")
     axes[0, 0].set(xscale="log", yscale="log", xlabel="L (keys visible)", ylabel="largest weight",
                    title="(a) vanishing")
@@ -61,10 +79,10 @@ def yardstick_figure(results, keys: Sequence[str], labels: dict, dashed: Sequenc
     axes[1, 0].set(xscale="log", yscale="log", xlabel="T", ylabel=r"mean $\|\partial\alpha/\partial\ell\|_2$",
                    title="(d) gradient sensitivity")
     axes[1, 0].legend()
-    ref = "softmax"
+    ref = REFERENCE
     if "reference_jacobian" in results.stats.get(ref, {}):
         axes[1, 1].plot(results.curve(ref, "reference_selectivity").numpy(),
-                        results.curve(ref, "reference_jacobian").numpy(), color=colour.get(ref, "k"), lw=1)
+                        results.curve(ref, "reference_jacobian").numpy(), color="k", lw=1, zorder=4)
     axes[1, 1].set(yscale="log", xlabel="mean largest weight (selectivity)",
                    ylabel=r"mean $\|\partial\alpha/\partial\ell\|_2$", title="(e) gradient at equal selectivity")
     handles, names = axes[0, 0].get_legend_handles_labels()

@@ -24,7 +24,7 @@ from normlimits.metrics import token_means as TM
 from normlimits.core.fits import loglog_fit
 from normlimits.core.precision import dtype_rtol
 from normlimits.core.plotting import median_band
-from normlimits.core.protocol import FIXED_N
+from normlimits.core.protocol import CRITICAL_FRACTION, FIXED_N
 from normlimits.metrics.readings import row_statistics
 from normlimits.metrics.token_means import PositionStudy
 
@@ -33,6 +33,9 @@ __all__ = ["Calibration", "estimator_calibration", "SyntheticChecks", "synthetic
            "proven_interval_breaches", "check_proven_intervals", "ProvenCheck", "recheck_cells",
            "RECHECK_SAMPLES", "ROUNDING_RTOL"]
 
+#: book: the p-value panel of Fig. 2c shows p from this floor to 1 (log axis); smaller p-values
+#: (down to 1e-150 on a real model) are drawn at the floor, marked "p < floor"
+P_FLOOR = 1e-10
 #: a Monte Carlo estimate counts as outside an interval only beyond this many standard errors
 SE_TOLERANCE = 5.0
 #: the synthetic checks compute E exactly wherever C(L, N) is at most this many subsets (L = 8,
@@ -432,7 +435,8 @@ def plot_fig2a(study: PositionStudy, sweep_a, *, form: str = "scaled", n: int = 
 
 def plot_fig2b(study: PositionStudy, *, form: str = "scaled", critical: int | None = None):
     """d~, Monte Carlo E and the main sum against N at the longest L (every query position), with
-    the norm-of-sum reading for comparison and the critical N (if any) and 0.06 L marked."""
+    the norm-of-sum reading for comparison and the critical N (if any) and the paper's
+    ``CRITICAL_FRACTION * L`` (Section 3.1, "approximately 0.06 L") marked."""
     import matplotlib.pyplot as plt
 
     L = study.lengths[-1]
@@ -444,7 +448,7 @@ def plot_fig2b(study: PositionStudy, *, form: str = "scaled", critical: int | No
     if "norm_of_sum" in study.means:
         ax.plot(grid, np.median(_per_head(study, "norm_of_sum", "true", L), 0), color="0.4", lw=1,
                 label="norm-of-sum reading")
-    ax.axvline(0.06 * L, color="k", ls=":", lw=1, label="N = 0.06 L")
+    ax.axvline(CRITICAL_FRACTION * L, color="k", ls=":", lw=1, label=f"paper: N = {CRITICAL_FRACTION:g} L")
     if critical is not None:
         ax.axvline(critical, color="tab:purple", ls="--", lw=1, label="critical N (KS, 0.01)")
     ax.set(xscale="log", yscale="log", xlabel="N", ylabel="distance (units of x)",
@@ -454,10 +458,10 @@ def plot_fig2b(study: PositionStudy, *, form: str = "scaled", critical: int | No
     return fig
 
 
-def plot_fig2c(searches: dict, alpha: float = 0.01, fraction: float = 0.06):
-    """Left: critical N against L for each named search (``{label: CriticalN}``), none below L
-    drawn at N = L as open markers, and ``fraction * L``. Right: the KS p-value against N/L of the
-    first search, one curve per length."""
+def plot_fig2c(searches: dict, alpha: float = 0.01, fraction: float = CRITICAL_FRACTION):
+    """Top: critical N against L for each named search (``{label: CriticalN}``), none below L
+    drawn at N = L as open markers, and the paper's ``fraction * L`` (dashed). Bottom: the KS
+    p-value against N/L of the first search, one curve per length (:func:`pvalue_panel`)."""
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 7.6))
@@ -470,22 +474,42 @@ def plot_fig2c(searches: dict, alpha: float = 0.01, fraction: float = 0.06):
         ax1.plot(x[found], y[found], "o", color=color, label=label)
         ax1.plot(x[~found], y[~found], "o", mfc="none", color=color,
                  label=f"{label}: none below L" if (~found).any() else None)
-    ax1.plot(x, fraction * x, "k--", lw=1, label=f"{fraction:g} L (paper)")
+    ax1.plot(x, fraction * x, "k--", lw=1, label=f"paper: {fraction:g} L")
     ax1.plot(x, x, "k:", lw=1, label="N = L")
     ax1.set(xscale="log", yscale="log", xlabel="L", ylabel=f"critical N (alpha = {alpha:g})")
     ax1.legend()
     first = next(iter(searches.values()))
-    cmap = plt.get_cmap("viridis")
-    for k, (L, test) in enumerate(zip(first.lengths, first.tests)):
-        p = np.where(np.isnan(test.pvalue), np.nan, np.maximum(test.pvalue, 1e-300))
-        ax2.plot(test.n_grid / L, p, color=cmap(k / max(len(first.lengths) - 1, 1)), lw=1,
-                 label=str(L) if k in (0, len(first.lengths) - 1) else None)
-    ax2.axhline(alpha, color="k", ls=":", lw=1)
-    ax2.set(xscale="log", yscale="log", xlabel="N / L", ylabel="KS p-value",
-            title=next(iter(searches)))
-    ax2.legend(title="L")
+    pvalue_panel(ax2, first, alpha=alpha)
+    ax2.set_title(next(iter(searches)))
     fig.tight_layout()
     return fig
+
+
+def pvalue_panel(ax, search, *, alpha: float, floor: float = P_FLOOR):
+    """The KS p-value against N/L of ``search`` (a :class:`~normlimits.metrics.critical_n.CriticalN`),
+    one curve per length (viridis, darker = shorter; the shortest and longest named). The y axis
+    runs from ``floor`` to 1 (log): p-values below ``floor`` are drawn at it with a down-pointing
+    marker labelled "p < floor"; the level ``alpha`` is a labelled dotted line."""
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("viridis")
+    below_label = f"p < {floor:.0e} (drawn at {floor:.0e})".replace("e-0", "e-")
+    count = len(search.lengths)
+    for k, (L, test) in enumerate(zip(search.lengths, search.tests)):
+        colour = cmap(k / max(count - 1, 1))
+        x = test.n_grid / L
+        p = np.asarray(test.pvalue, dtype=float)
+        ax.plot(x, np.clip(p, floor, 1.0), color=colour, lw=1,
+                label=f"L = {L}" if k in (0, count - 1) else None)
+        under = p < floor
+        if under.any():
+            ax.plot(x[under], np.full(under.sum(), floor), "v", color=colour, ms=4, clip_on=False,
+                    label=below_label)
+            below_label = None
+    ax.axhline(alpha, color="k", ls=":", lw=1.2, label=f"α = {alpha:g}")
+    ax.set(xscale="log", yscale="log", xlabel="N / L", ylabel="KS p-value", ylim=(floor, 1.0))
+    ax.legend(loc="lower right")
+    return ax
 
 
 @dataclass(frozen=True)
