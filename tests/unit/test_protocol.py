@@ -103,3 +103,12 @@ def test_sampling_is_full_for_the_stand_ins_and_reduced_by_work_above():
     for bad in ((0, 1024, 8, 64), (16, 1024, 8, 0)):
         with pytest.raises(ValueError):
             P.sampling_for(*bad[:3], head_size=bad[3])
+
+
+def test_the_removal_runs_on_the_protocols_lengths_up_to_the_windows_own():
+    assert P.removal_lengths(1024) == list(P.REMOVAL_LENGTHS)
+    assert P.removal_lengths(512) == [128, 256, 512]          # Gemma 3, capped at its sliding window
+    assert P.removal_lengths(256) == [128, 256]
+    for bad in (128, 300, 2048):                                # one length only, or not a protocol length
+        with pytest.raises(ValueError, match=f"got L = {bad}"):
+            P.removal_lengths(bad)

@@ -68,3 +68,18 @@ def test_shapes_are_checked():
     max_w, ent, layers, keep = _heads(layers=2, per_layer=2)
     with pytest.raises(ValueError, match="heads"):
         per_head_figure(LENGTHS, max_w[:, :-1], ent, layers, keep)
+
+
+def test_the_saved_image_is_not_wider_than_the_book_allows(figure):
+    """The PNG the book shows (saved tight at the book's resolution) is at most 1,075 px wide: the
+    site shows figures in a 672 px column and fails an image more than 1.6 times wider (its text
+    would be shrunk below legibility; a CI build found 1,095 px with the colour bar)."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    from normlimits.core.plotting import checked_png
+
+    fig, _, _ = figure
+    width, _ = Image.open(BytesIO(checked_png(fig))).size
+    assert width <= int(1.6 * 672), width

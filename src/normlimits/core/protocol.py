@@ -33,7 +33,7 @@ __all__ = [
     "ALT_KS_ALPHA", "ALT_GAMMA_FACTORS", "ALT_GAMMA_REGIME", "ALT_SINK_LOGITS", "ALT_ROWS",
     "ALT_JACOBIAN_ROWS", "ALT_JACOBIAN_WINDOWS", "ALT_LANCZOS_STEPS", "ALT_SWEEP_WINDOWS",
     "ALT_SYNTHETIC_TRIALS",
-    "REMOVAL_TOLERANCES", "REMOVAL_TOLERANCE", "REMOVAL_LENGTHS", "REMOVAL_TARGETS",
+    "REMOVAL_TOLERANCES", "REMOVAL_TOLERANCE", "REMOVAL_LENGTHS", "removal_lengths", "REMOVAL_TARGETS",
     "REMOVAL_WINDOWS", "REMOVAL_EXPONENT_BAND", "REMOVAL_RENORM_FACTOR", "REMOVAL_PREDICT_FACTOR",
     "FULL_SAMPLING_WORK", "sampling_work", "LARGE_STUDY_WINDOWS", "LARGE_POSITIONS_PER_OCTAVE",
     "LARGE_READING_WINDOWS", "LARGE_SEPARABILITY_WINDOWS", "LARGE_REMOVAL_WINDOWS", "Sampling",
@@ -225,6 +225,21 @@ REMOVAL_TOLERANCE = REMOVAL_TOLERANCES[0]
 #: book: context lengths of the removal experiment (suffix protocol: length L sees each window's
 #: last L tokens, every length the same targets)
 REMOVAL_LENGTHS = (128, 256, 512, 1024)
+
+
+def removal_lengths(longest: int) -> list[int]:
+    """The removal experiment's lengths for windows of ``longest`` tokens: those of
+    :data:`REMOVAL_LENGTHS` up to ``longest`` (a model that caps L, such as Gemma 3 at its sliding
+    window, runs the experiment up to its cap). The longest must be one of them and at least two
+    must remain (an exponent needs two lengths); otherwise a ValueError says so."""
+    kept = [L for L in REMOVAL_LENGTHS if L <= longest]
+    if len(kept) < 2 or kept[-1] != longest:
+        raise ValueError(f"the removal experiment needs windows whose length is one of {REMOVAL_LENGTHS} "
+                         f"beyond the first (got L = {longest}): it measures every length of the "
+                         "protocol up to the windows' own")
+    return kept
+
+
 #: book: prediction targets per window and length (each window's last tokens)
 REMOVAL_TARGETS = 64
 #: book: windows of the removal experiment, the first of the chapter's windows (each costs one

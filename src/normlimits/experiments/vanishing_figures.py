@@ -56,7 +56,9 @@ def per_head_figure(lengths: Sequence[int], max_weight, entropy_ratio, layers, n
                          f"head; got {max_weight.shape}, {entropy_ratio.shape}, {keep.shape}")
     colours, norm = layer_colours(layers)
     grid = np.asarray(lengths, dtype=float)
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.2, 7.4), layout="constrained")
+    # narrower than the book's widest figure: the colour bar and its label widen the saved
+    # (tight) image, which must stay within 1.6 times the page column (tests/book/test_site.py)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.8, 7.4), layout="constrained")
     for i in np.argsort(keep, kind="stable"):          # the faint heads first, the solid ones on top
         style = dict(color=colours[i], lw=1.3) if keep[i] else dict(color=colours[i], lw=0.6, alpha=0.35)
         ax1.plot(grid, max_weight[i], **style)
