@@ -165,3 +165,18 @@ def test_models_captured_at_different_lengths_get_the_longer_cut_to_the_shorter(
     assert [(r["model"], r["change"]) for r in cut] == [("long", "cut to its first 32 positions (the other's L)")]
     as_short = FC.graded_under([FC.keep_first(c, 32) for c in long], AuditConfig(length=32), "long", "NU", "vanishing")
     assert cut[0]["value"] == as_short["value"]
+
+
+def test_rows_already_measured_are_reused_for_the_as_measured_lines():
+    from normlimits.audit.yardsticks import AuditConfig
+
+    caps = {name: [capture(layers=2, heads=2, length=32, d=8, seed=s)] for s, name in enumerate(("a", "b"))}
+    configs = {name: AuditConfig(length=32) for name in caps}
+    fresh = FC.cause_rows(caps, configs, "NU", "vanishing")
+    given = {name: FC.graded_under(caps[name], configs[name], name, "NU", "vanishing") for name in caps}
+    assert FC.cause_rows(caps, configs, "NU", "vanishing", measured=given) == fresh
+    # the given rows are what the table shows (not measured again)
+    marked = {name: {**row, "value": -1.0} for name, row in given.items()}
+    reused = FC.cause_rows(caps, configs, "NU", "vanishing", measured=marked)
+    assert [r["value"] for r in reused if r["change"] == "as measured"] == [-1.0, -1.0]
+    assert reused[2:] == fresh[2:]

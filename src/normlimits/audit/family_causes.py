@@ -182,28 +182,30 @@ VALUE_YARDSTICKS = ("separability", "critical_n")
 
 
 def cause_rows(captures: dict[str, Sequence], configs: dict[str, AuditConfig], claim_id: str,
-               yardstick: str, seed: int = 0) -> list[dict]:
+               yardstick: str, seed: int = 0, measured: dict[str, dict] | None = None) -> list[dict]:
     """Every change of this module applied to ``claim_id`` on two models' captures
     (``captures``/``configs``: model name -> its windows' captures and the audit configuration
     they are graded with): rows ``{"claim", "model", "change", "value", "verdict"}``, first each
     model as measured, then (for a yardstick of :data:`VALUE_YARDSTICKS`) the model of larger
     head size with its values projected to the other's, then (where the two were captured at
-    different lengths) the longer cut to the shorter's length (:func:`keep_first`), then each
-    model without its first key
-    (:func:`drop_first_key`: where a model parks weight on an attention sink, this removes it),
-    then each model with local layers on its global layers alone and on its local layers alone."""
+    different lengths) the longer cut to the shorter's length (:func:`keep_first`), then each model
+    without its first key (:func:`drop_first_key`: where a model parks weight on an attention sink,
+    this removes it), then each model with local layers on its global layers alone and on its local
+    layers alone. ``measured`` (model name -> its row from :func:`graded_under` on the unchanged
+    captures, as a caller that already graded them holds it) is reused for the "as measured" rows
+    instead of measuring again."""
     names = list(captures)
     if len(names) != 2:
         raise ValueError(f"compare two models (got {names})")
     out = []
 
-    def add(model, change, caps, config=None):
-        row = graded_under(caps, config or configs[model], model, claim_id, yardstick)
+    def add(model, change, caps, config=None, row=None):
+        row = row or graded_under(caps, config or configs[model], model, claim_id, yardstick)
         out.append({"claim": claim_id, "model": model, "change": change, "value": row.get("value"),
                     "verdict": row["verdict"]})
 
     for name in names:
-        add(name, "as measured", captures[name])
+        add(name, "as measured", captures[name], row=(measured or {}).get(name))
     sizes = {name: int(captures[name][0].values.shape[-1]) for name in names}
     if yardstick in VALUE_YARDSTICKS and sizes[names[0]] != sizes[names[1]]:
         big, small = sorted(names, key=lambda n: -sizes[n])

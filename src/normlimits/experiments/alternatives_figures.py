@@ -16,7 +16,7 @@ import numpy as np
 
 #: the reference normaliser, drawn black, thickest and on top of the others
 REFERENCE = "softmax"
-#: colours of the other normalisers: colour-blind-safe tab10 without its grey (kept for references)
+#: colours of the other normalisers: matplotlib's tab10 without its grey (kept for references)
 _COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
             "#17becf")
 #: markers cycled with the colours (7 against 9 colours: no two of 63 normalisers look alike)
@@ -25,7 +25,7 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 def normaliser_styles(keys: Sequence[str], dashed: Sequence[str] = ()) -> dict:
     """Line keyword arguments per normaliser key, for ``plot``: :data:`REFERENCE` black, width 2.6,
-    drawn last (z-order 4), no marker; every other key a (colour, marker) pair no other key has, so
+    above the others (z-order 4), small round markers; every other key a (colour, marker) pair no other key has, so
     neighbours differ in colour and in marker, width 1.2; ``dashed`` keys (rows that need not sum
     to 1) dashed, the rest solid."""
     styles, k = {}, 0
