@@ -247,6 +247,8 @@ async () => {
     figures: [...document.querySelectorAll('figure')].map(f => ({id: f.id,
       caption: (f.querySelector('figcaption') || {textContent: ''}).textContent.trim().slice(0, 120),
       number: (f.querySelector('.caption-number') || {textContent: ''}).textContent.trim(),
+      // values pasted into the caption by {glue:text} (myst-nb renders each as span.pasted-text)
+      glued: f.querySelectorAll('figcaption .pasted-text').length,
       images: f.querySelectorAll('img, svg').length})),
     proofs,
     searchBox: !!document.querySelector('form.bd-search input[name="q"], input[name="q"]'),
@@ -400,7 +402,8 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
     repository = (config.get("repository") or {}).get("url", "")
     problems: dict[str, list[str]] = {k: [] for k in (
         "pages", "network", "math", "images", "errors", "glue", "links", "verdicts", "banner",
-        "buttons", "numbering", "bibliography", "layout", "code", "markup", "figures", "badges")}
+        "buttons", "numbering", "bibliography", "layout", "code", "markup", "figures", "badges",
+        "captions")}
     ids = {rel: set(f.get("ids", ())) for rel, f in pages.items()}
     for rel, f in pages.items():
         if "redirect" in f:
@@ -524,6 +527,14 @@ def find_problems(survey: dict) -> dict[str, list[str]]:
         buttons = [link["raw"] or "" for link in f["links"] if "btn" in (link["classes"] or "").split()]
         problems["buttons"].extend(online_button_problems(rel, buttons, source, repository))
         # numbering
+        # captions: each figure states its finding with at least one number computed in its chapter
+        for fig in f["figures"]:
+            if not fig["caption"]:
+                problems["captions"].append(f"{rel}: figure {fig['id'] or '(no id)'!r} has no caption")
+            elif not fig.get("glued"):
+                problems["captions"].append(f"{rel}: the caption of figure {fig['id'] or fig['caption'][:40]!r} "
+                                            "has no glued value ({glue:text}): it must state the figure's finding "
+                                            "with a number computed in the chapter")
         for fig in f["figures"]:
             if fig["caption"] and not fig["number"]:
                 problems["numbering"].append(f"{rel}: figure {fig['id'] or fig['caption'][:40]!r} is not numbered")
@@ -886,6 +897,14 @@ def test_the_layout_check_catches_what_overflows_and_the_stylesheet_boxes_output
 
 def test_figures_and_theorems_are_numbered(survey):
     assert_clean(survey, "numbering", "figures and theorems carry numbers")
+
+
+def test_every_figure_caption_carries_a_glued_value(survey):
+    """Every figure on every page has a caption that states its finding with at least one value
+    glued by its chapter (a ``{glue:text}`` role, rendered as ``span.pasted-text``), never a number
+    typed by hand; tests/unit/test_figure_captions.py checks the sources the same way."""
+    assert_clean(survey, "captions", "every figure's caption carries a glued value")
+    assert sum(len(f.get("figures", [])) for f in survey["pages"].values()), "no figure was checked"
 
 
 def test_one_bibliography_page(survey):
