@@ -149,3 +149,30 @@ def test_a_figure_displayed_or_glued_in_a_shell_carries_its_data(shell):
     assert displayed[F.MIME] == {"csv": F.figure_csv(fig), "rows": len(X)}
     assert glued["application/papermill.record/" + F.MIME] == displayed[F.MIME]
     assert F.MIME not in shell.display_formatter.format(object())[0]
+
+
+def test_a_spilled_table_is_read_back_from_the_cache_or_said_missing(tmp_path, monkeypatch):
+    from normlimits.book.figure_data_files import output_figures
+    from normlimits.book.sphinx_figure_data import data_line
+
+    monkeypatch.setenv("NORMLIMITS_CACHE", str(tmp_path))
+    fig, ax = plt.subplots()
+    ax.plot(X, Y)
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    payload = F.figure_payload(fig, limit=10)
+    plt.close(fig)
+    import base64
+    import hashlib
+
+    output = {"data": {"application/papermill.record/image/png": base64.b64encode(png.getvalue()).decode(),
+                       "application/papermill.record/" + F.MIME: payload}}
+    digest = hashlib.sha256(png.getvalue()).hexdigest()
+    found = output_figures([output])[digest]
+    assert found.spilled and found.rows == len(X)
+    assert found.csv == F.spilled_path(payload["sha256"]).read_bytes()
+    F.spilled_path(payload["sha256"]).unlink()
+    missing = output_figures([output])[digest]
+    assert missing.csv is None
+    line = data_line(None, "x.csv", missing, "vanishing")
+    assert "not in this build" in line and "python -m normlimits chapter vanishing" in line

@@ -230,14 +230,25 @@ def figure_payload(fig, limit: int = INLINE_LIMIT) -> dict:
 
 
 def formatter_class():
-    """An IPython display formatter class for :data:`MIME` (a JSON dictionary)."""
-    from IPython.core.formatters import BaseFormatter
+    """An IPython display formatter class for :data:`MIME` (a JSON dictionary): a matplotlib
+    ``Figure`` gives its :func:`figure_payload`, anything else nothing.
+
+    It recognises figures itself rather than through ``for_type``: matplotlib's inline backend,
+    when it is activated (at the first figure a kernel draws), removes every formatter's printer
+    registered for ``Figure``. An error while reading a figure is shown as IPython shows a
+    formatter's error, and the figure is still drawn."""
+    from IPython.core.formatters import BaseFormatter, catch_format_error
+    from matplotlib.figure import Figure
     from traitlets import ObjectName, Unicode
 
     class FigureDataFormatter(BaseFormatter):
         format_type = Unicode(MIME)
         print_method = ObjectName("_repr_figure_data_")
         _return_type = dict
+
+        @catch_format_error
+        def __call__(self, obj):
+            return figure_payload(obj) if self.enabled and isinstance(obj, Figure) else None
 
     return FigureDataFormatter
 
@@ -255,9 +266,6 @@ def install(shell=None) -> bool:
     formatters = getattr(getattr(shell, "display_formatter", None), "formatters", None)
     if formatters is None:
         return False
-    from matplotlib.figure import Figure
-
     if MIME not in formatters:
         formatters[MIME] = formatter_class()(parent=shell.display_formatter)
-    formatters[MIME].for_type(Figure, figure_payload)
     return True
