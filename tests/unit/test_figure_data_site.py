@@ -50,6 +50,12 @@ glue("glued_scatter", fig, display=False)
 plt.close(fig)
 ```
 
+```{code-cell} ipython3
+fig, ax = plt.subplots(figsize=(3, 2))
+ax.bar([0.0, 1.0], [2.5, 1 / 3])
+fig.tight_layout()
+```
+
 ```{glue:figure} glued_scatter
 :name: glued-scatter
 
@@ -75,11 +81,13 @@ def book_suppressed_warnings() -> list[str]:
 
 
 class Figures(HTMLParser):
-    """Each ``<figure>`` of a page: its id and the href of its data link."""
+    """Each ``<figure>`` of a page: its id and the href of its data link; ``links``: every data
+    link of the page, in or out of a figure."""
 
     def __init__(self):
         super().__init__()
         self.figures: list[dict] = []
+        self.links: list[str] = []
         self.depth = 0
 
     def handle_starttag(self, tag, attrs):
@@ -87,8 +95,10 @@ class Figures(HTMLParser):
         if tag == "figure":
             self.depth += 1
             self.figures.append({"id": attrs.get("id"), "href": None, "download": None})
-        elif tag == "a" and self.depth and "download" in attrs:
-            self.figures[-1].update(href=attrs["href"], download=attrs["download"])
+        elif tag == "a" and "download" in attrs:
+            self.links.append(attrs["download"])
+            if self.depth:
+                self.figures[-1].update(href=attrs["href"], download=attrs["download"])
 
     def handle_endtag(self, tag):
         if tag == "figure":
@@ -121,5 +131,9 @@ def test_every_figure_of_a_built_page_links_its_data_and_the_command(tmp_path, m
         table = pd.read_csv(io.StringIO((out / figure["href"]).read_text()))
         xs, ys = drawn[figure["id"]]
         assert list(table["x"]) == xs and list(table["y"]) == ys
-    assert page.count("python -m normlimits chapter index") == 2
-    assert len(re.findall(r'<p class="figure-data">', page)) == 2
+    # a figure shown without a caption (no <figure>) gets its line too, named by its place
+    assert parser.links == ["plain-line.csv", "index-figure-2.csv", "glued-scatter.csv"]
+    bars = pd.read_csv(out / "_figure_data" / "index" / "index-figure-2.csv")
+    assert list(bars["kind"]) == ["bar", "bar"] and list(bars["y"]) == [2.5, 1 / 3]
+    assert page.count("python -m normlimits chapter index") == 3
+    assert len(re.findall(r'<p class="figure-data">', page)) == 3
