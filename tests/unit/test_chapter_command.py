@@ -43,10 +43,10 @@ def test_outside_the_book_it_says_so(tmp_path, monkeypatch, capsys):
     assert "no book here" in capsys.readouterr().err
 
 
-def figure_output():
+def figure_output(scale: float = 1.0):
     """A display output of a drawn figure, its PNG and its data, as a kernel makes it."""
     fig, ax = plt.subplots()
-    ax.plot([1.0, 2.0], [1 / 3, 2 / 3])
+    ax.plot([1.0, 2.0], [scale / 3, scale * 2 / 3])
     png = io.BytesIO()
     fig.savefig(png, format="png")
     payload = F.figure_payload(fig)
@@ -57,11 +57,15 @@ def figure_output():
 
 def test_a_chapter_is_executed_with_the_current_settings_and_its_figures_data_kept(tmp_path, monkeypatch, capsys):
     output, csv = figure_output()
+    second, second_csv = figure_output(3.0)
     calls = []
 
     def execute(source, env, *, save_to=None, **kwargs):
         calls.append((source, dict(env)))
-        notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("plot()", outputs=[output])])
+        named = nbformat.v4.new_code_cell("plot()", outputs=[output],
+                                          metadata={"mystnb": {"figure": {"name": "a-line"}}})
+        unnamed = nbformat.v4.new_code_cell("plot()", outputs=[second])
+        notebook = nbformat.v4.new_notebook(cells=[named, unnamed])
         nbformat.write(notebook, str(save_to))
         return 1.5
 
@@ -71,5 +75,7 @@ def test_a_chapter_is_executed_with_the_current_settings_and_its_figures_data_ke
     assert calls == [(ROOT / "book" / "vanishing.md", {})]             # the environment as it is
     out = capsys.readouterr().out
     assert f"Notebook: {tmp_path / 'vanishing.ipynb'}" in out and "Settings:" in out
-    assert (tmp_path / "vanishing-figure-1.csv").read_text() == csv
-    assert "vanishing-figure-1.csv" in out
+    # named as on the site: by the figure's label, else by its place among the chapter's figures
+    assert (tmp_path / "a-line.csv").read_text() == csv
+    assert (tmp_path / "vanishing-figure-2.csv").read_text() == second_csv
+    assert "a-line.csv, vanishing-figure-2.csv" in out

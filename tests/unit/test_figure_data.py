@@ -176,3 +176,30 @@ def test_a_spilled_table_is_read_back_from_the_cache_or_said_missing(tmp_path, m
     assert missing.csv is None
     line = data_line(None, "x.csv", missing, "vanishing")
     assert "not in this build" in line and "python -m normlimits chapter vanishing" in line
+
+
+def test_a_figure_is_labelled_by_its_cell_or_by_the_glue_figure_that_pastes_it():
+    import base64
+
+    from normlimits.book.figure_data_files import glue_figure_labels, notebook_figures
+
+    fig, ax = plt.subplots()
+    ax.plot(X, Y)
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    payload = F.figure_payload(fig)
+    plt.close(fig)
+    image = base64.b64encode(png.getvalue()).decode()
+    prefix = "application/papermill.record/"
+    glued = {"output_type": "display_data", "metadata": {"scrapbook": {"name": "k", "mime_prefix": prefix}},
+             "data": {prefix + "image/png": image, prefix + F.MIME: payload}}
+    markdown = {"cell_type": "markdown", "metadata": {},
+                "source": "Text.\n\n```{glue:figure} k\n:figwidth: 80%\n:name: pasted-k\n\nA caption.\n```\n"}
+    notebook = {"cells": [markdown, {"cell_type": "code", "metadata": {}, "outputs": [glued]}]}
+    assert glue_figure_labels(notebook) == {"k": "pasted-k"}
+    (found,) = notebook_figures(notebook).values()
+    assert found.label == "pasted-k" and found.csv == payload["csv"].encode()
+    # myst-nb's own notebook: the glued output moved to <docname>.glue.json, its prefix removed
+    apart = {"k": {**glued, "data": {"image/png": image, F.MIME: payload}}}
+    notebook["cells"][1]["outputs"] = []
+    assert [f.label for f in notebook_figures(notebook, apart).values()] == ["pasted-k"]

@@ -6,7 +6,8 @@ book's folder (:func:`normlimits.book.replicas.execute_chapter`), with the curre
 ``NORMLIMITS_*`` environment variables (``NORMLIMITS_MODEL`` picks the model, ...), as in the
 build. The executed notebook goes to ``<folder>/<NAME>.ipynb`` (default ``_build/chapters`` under
 the book) and the data of each of its figures, the same table the site offers under the figure,
-to ``<folder>/<NAME>-figure-<k>.csv`` (``k`` from 1 in the notebook's order). This is the
+to ``<folder>/<label>.csv`` (the figure's label, as on the site; ``<NAME>-figure-<k>.csv`` for
+one without, ``k`` from 1 in the notebook's order). This is the
 "Reproduce" command under every figure of the site (:mod:`normlimits.book.sphinx_figure_data`).
 """
 
@@ -30,16 +31,17 @@ def chapter_names(root: Path) -> list[str]:
 
 
 def write_figure_data(notebook_path: Path, chapter: str) -> list[Path]:
-    """Write the data of each figure of the executed notebook at ``notebook_path`` next to it, as
-    ``<chapter>-figure-<k>.csv``; returns the files written (a table too large for the notebook
-    and no longer in the cache folder is left out)."""
-    from normlimits.book.figure_data_files import notebook_figures
+    """Write the data of each figure of the executed notebook at ``notebook_path`` next to it,
+    named as on the site (:func:`normlimits.book.figure_data_files.file_stem`: the figure's
+    label, ``vanishing-slack.csv``, else ``<chapter>-figure-<k>.csv``); returns the files written
+    (a table too large for the notebook and no longer in the cache folder is left out)."""
+    from normlimits.book.figure_data_files import file_stem, notebook_figures
 
     figures = notebook_figures(json.loads(notebook_path.read_text(encoding="utf-8")))
     written = []
     for k, figure in enumerate(figures.values(), start=1):
         if figure.csv is not None:
-            path = notebook_path.with_name(f"{chapter}-figure-{k}.csv")
+            path = notebook_path.with_name(f"{file_stem(figure.label, chapter, k)}.csv")
             path.write_bytes(figure.csv)
             written.append(path)
     return written

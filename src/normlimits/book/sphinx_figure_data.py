@@ -9,7 +9,9 @@ hash with data (:mod:`normlimits.book.figure_data_files`, over every executed no
 build and its glued outputs, ``<docname>.glue.json``, so the single-page build finds them too) gets, under its figure, the line
 "Data: <name>.csv (N rows) · Reproduce: ``python -m normlimits chapter <chapter>``". The CSV is
 written to ``_figure_data/<docname>/<name>.csv`` in the output, ``<name>`` the figure's label
-(``vanishing-slack``), else ``<chapter>-figure-<k>`` (its place on the page).
+(``vanishing-slack``: its cell's ``mystnb: figure: name``, or the ``:name:`` of the
+``glue:figure`` pasting it), else ``<chapter>-figure-<k>`` (its place among the page's figures
+with data), as :mod:`normlimits.book.chapter_command` names the same files.
 
 The line is HTML with class :data:`LINE_CLASS`; the link has the ``download`` attribute.
 
@@ -23,12 +25,11 @@ from __future__ import annotations
 import html
 import json
 import posixpath
-import re
 from pathlib import Path
 
 from docutils import nodes
 
-from normlimits.book.figure_data_files import FigureData, notebook_figures, output_figures
+from normlimits.book.figure_data_files import FigureData, file_stem, notebook_figures
 from normlimits.core.cache import atomic_write_bytes
 from normlimits.core.settings import MODEL_ENV
 
@@ -66,19 +67,12 @@ def build_figures(outdir: Path) -> dict[str, tuple[str, FigureData]]:
     found: dict[str, tuple[str, FigureData]] = {}
     for path in sorted(folder.rglob("*.ipynb")) if folder.is_dir() else ():
         docname = path.relative_to(folder).with_suffix("").as_posix()
-        figures = notebook_figures(json.loads(path.read_text(encoding="utf-8")))
         glued = path.with_name(f"{path.stem}.glue.json")
-        if glued.is_file():
-            figures.update(output_figures(json.loads(glued.read_text(encoding="utf-8")).values()))
+        figures = notebook_figures(json.loads(path.read_text(encoding="utf-8")),
+                                   json.loads(glued.read_text(encoding="utf-8")) if glued.is_file() else None)
         for digest, figure in figures.items():
             found.setdefault(digest, (docname, figure))
     return found
-
-
-def _file_stem(figure_node: nodes.Element | None, chapter: str, index: int) -> str:
-    names = figure_node.get("names", []) if figure_node is not None else []
-    stem = names[0] if names else f"{chapter}-figure-{index}"
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or f"{chapter}-figure-{index}"
 
 
 def _figure_of(image: nodes.image) -> nodes.figure | None:
@@ -107,7 +101,9 @@ def add_figure_data(app, doctree, docname) -> int:
         source, figure = figures[digest]
         chapter = posixpath.basename(source)
         figure_node = _figure_of(image)
-        name = f"{_file_stem(figure_node, chapter, count + 1)}.csv"
+        names = figure_node.get("names", []) if figure_node is not None else []
+        label = figure.label or (names[0] if names else "")
+        name = f"{file_stem(label, chapter, count + 1)}.csv"
         href = None
         if figure.csv is not None:
             target = f"{DATA_FOLDER}/{docname}/{name}"
