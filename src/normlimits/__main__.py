@@ -16,6 +16,8 @@ COMMANDS = {
     "compare": ("normlimits.audit.compare", "several audits side by side"),
     "bench": ("normlimits.experiments.bench", "the paper's five experiments at GPT-2 124M size, timed"),
     "standin": ("normlimits.model.standin", "train (or load) a stand-in and print its report"),
+    "chapter": ("normlimits.book.chapter_command",
+                "execute one chapter with the current settings; keep its notebook and figures' data"),
     "execution-cache": ("normlimits.book.execution_cache",
                         "drop the executed chapters when the settings, package or corpus changed"),
     "timings": ("normlimits.book.timings", "each chapter's execution time in the last build"),

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from normlimits.core import glued
+from normlimits.core import figure_data, glued
 from normlimits.core.precision import dtype_rtol
 from normlimits.model.corpus import Corpus, load_corpus
 from normlimits.model.pretrained import LoadedModel
@@ -258,11 +258,14 @@ def start_chapter(chapter: str, model: str | None = None, windows: int | None = 
     says why, in the banner. A model setting that is set is always honoured as it is.
 
     In a Jupyter kernel it also keeps every value the chapter glues (``glued.install``), so that
-    JupyterLab (``make lab``) shows the glued numbers in the prose as the book does.
+    JupyterLab (``make lab``) shows the glued numbers in the prose as the book does, and makes
+    every figure shown or glued carry the data it draws (``figure_data.install``), which the book
+    offers under the figure as a CSV file.
     """
     writable_ledger_dir()          # an unwritable ledger folder is named now, not at the end
     configure_torch()
     glued.install()
+    figure_data.install()
     torch.manual_seed(0)
     loaded = load_model(model, offline=offline, offline_reason=offline_reason)
     corpus = load_corpus()

@@ -161,9 +161,10 @@ def _environment(changes: Mapping[str, str | None]) -> Iterator[None]:
 
 
 def execute_chapter(source: Path, env: Mapping[str, str | None], *,
-                    timeout: int = CELL_TIMEOUT) -> float:
+                    timeout: int = CELL_TIMEOUT, save_to: Path | None = None) -> float:
     """Execute the MyST notebook ``source`` in a fresh ``python3`` kernel started from its folder,
     with the environment changed by ``env`` (None removes a variable); returns the wall time (s).
+    ``save_to``: where the executed notebook (``.ipynb``) is written once every cell has run.
 
     Raises :class:`ReplicaError` with the tail of the failing cell's error, or when the prose
     pastes a glue key the executed code never glued (as a reader re-executing it would see).
@@ -183,6 +184,11 @@ def execute_chapter(source: Path, env: Mapping[str, str | None], *,
         except CellExecutionError as exc:
             raise ReplicaError(f"{source.name} failed with {settings}:\n{str(exc)[-3000:]}") from None
     seconds = time.perf_counter() - start
+    if save_to is not None:
+        import nbformat
+
+        save_to.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, str(save_to))
     missing = glue_keys_used(notebook) - glue_keys_made(notebook)
     if missing:
         raise ReplicaError(f"{source.name} executed with {settings} but its prose pastes glue keys "
