@@ -187,8 +187,10 @@ def execute_chapter(source: Path, env: Mapping[str, str | None], *,
     if save_to is not None:
         import nbformat
 
-        save_to.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(notebook, str(save_to))
+        from normlimits.core.cache import atomic_write_bytes
+
+        save_to.parent.mkdir(parents=True, exist_ok=True)      # never a half-written notebook
+        atomic_write_bytes(save_to, nbformat.writes(notebook).encode("utf-8"))
     missing = glue_keys_used(notebook) - glue_keys_made(notebook)
     if missing:
         raise ReplicaError(f"{source.name} executed with {settings} but its prose pastes glue keys "
