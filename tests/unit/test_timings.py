@@ -45,7 +45,7 @@ def test_one_time_training_is_recorded_and_not_held_against_the_budget(tmp_path,
     read["gradients"]["one_time_seconds"] = 0.0   # without the one-time part it is over
     assert "gradients" in timings.over_budget(read)
     timings.main([str(tmp_path)])
-    assert "one-time training" in capsys.readouterr().out
+    assert "one-time work" in capsys.readouterr().out
     import pytest
 
     with pytest.raises(ValueError, match="one-time seconds must be >= 0"):

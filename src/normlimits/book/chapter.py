@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from normlimits.core import figure_data, glued
+from normlimits.core import figure_data, glued, one_time
 from normlimits.core.precision import dtype_rtol
 from normlimits.model.corpus import Corpus, load_corpus
 from normlimits.model.pretrained import LoadedModel
@@ -49,6 +49,10 @@ class ChapterContext:
     #: seconds spent on one-time work whose result is cached for every later build (training the
     #: temperature runs, ...): recorded with the time, and not held against the chapter's budget
     one_time_seconds: float = 0.0
+    #: the process's one-time work (:func:`normlimits.core.one_time.spent`: trainings and model
+    #: conversions the package itself times) when the chapter started; what it adds by the end is
+    #: counted as one-time too
+    one_time_at_start: float = field(default_factory=one_time.spent)
     #: seconds each replica of this chapter ran (its label -> seconds, less its one-time work):
     #: each replica is a separate run of the chapter, held to the budget on its own
     replica_seconds: dict[str, float] = field(default_factory=dict)
@@ -100,12 +104,14 @@ class ChapterContext:
 
     def finish(self) -> float:
         """Record the chapter's execution time (seconds since it started, and the one-time part of
-        it) beside its ledger rows, in ``<ledger dir>/<chapter>.timing.json``; returns it and glues
+        it: what :meth:`one_time` was given plus the package's own timed one-time work since the
+        start) beside its ledger rows, in ``<ledger dir>/<chapter>.timing.json``; returns it and glues
         ``chapter_seconds``."""
         seconds = self.elapsed()
+        once = self.one_time_seconds + (one_time.spent() - self.one_time_at_start)
         atomic_write_json(writable_ledger_dir() / f"{self.chapter}.timing.json",
                           {"chapter": self.chapter, "seconds": seconds, "model": self.model_label,
-                           "windows": self.window_count, "one_time_seconds": self.one_time_seconds,
+                           "windows": self.window_count, "one_time_seconds": once,
                            "replica_seconds": self.replica_seconds})
         glued.glue("chapter_seconds", seconds)
         return seconds

@@ -1,7 +1,9 @@
 """Chapter execution times against their budgets (``python -m normlimits.book.timings``).
 
-Each chapter records its time with ``ctx.finish()`` in ``<ledger dir>/<chapter>.timing.json``;
-budgets live in :data:`normlimits.core.protocol.CHAPTER_BUDGET_SECONDS` (one run of the chapter on 2
+Each chapter records its time with ``ctx.finish()`` in ``<ledger dir>/<chapter>.timing.json``, with
+the part of it spent on one-time work (a training or a model conversion whose result is cached for
+every later run: :mod:`normlimits.core.one_time`, and what the chapter declares with
+``ctx.one_time``); budgets live in :data:`normlimits.core.protocol.CHAPTER_BUDGET_SECONDS` (one run of the chapter on 2
 cores). A chapter that replays itself on control models (:mod:`normlimits.book.replicas`) records each
 replica's seconds beside its own: each run is held to the budget separately, as each is one
 execution of the chapter. ``make book`` prints this table after every build;
@@ -30,8 +32,8 @@ def read_timings(directory: Path | None = None) -> dict[str, dict]:
 
 
 def budgeted_seconds(timing: dict) -> float:
-    """A chapter's own run: its time less its one-time work (a training whose result is cached
-    for later builds, ``one_time_seconds``) and less its replicas' runs (``replica_seconds``,
+    """A chapter's own run: its time less its one-time work (a training or conversion whose result
+    is cached for later builds, ``one_time_seconds``) and less its replicas' runs (``replica_seconds``,
     each budgeted on its own): what its budget is about."""
     replicas = sum(timing.get("replica_seconds", {}).values())
     return timing["seconds"] - timing.get("one_time_seconds", 0.0) - replicas
@@ -63,7 +65,7 @@ def format_table(timings: dict[str, dict]) -> str:
         budget = CHAPTER_BUDGET_SECONDS.get(ch)
         mark = "  OVER 2x BUDGET" if over_budget({ch: t}) else ""
         once = t.get("one_time_seconds", 0.0)
-        note = f"  (of which one-time training {once:.1f} s, cached now)" if once else ""
+        note = f"  (of which one-time work {once:.1f} s: training or conversion, cached now)" if once else ""
         note += "".join(f"  (of which replica on {label} {s:.1f} s)"
                         for label, s in t.get("replica_seconds", {}).items())
         lines.append(f"{ch:<14} {t['seconds']:>8.1f} {budget if budget else '-':>7}  {t['model']}{mark}{note}")

@@ -22,6 +22,7 @@ import hashlib
 import sys
 from pathlib import Path
 
+from normlimits.core.one_time import one_time_work
 from normlimits.core.cache import (CacheError, atomic_save_dir, cache_path, check_free_space,
                                    file_sha256, room_remedy, writer_lock)
 from normlimits.core.settings import CACHE_ENV, MODEL_ENV
@@ -127,7 +128,8 @@ def gemma3_path(setting: str = GEMMA3, origin: str = MODEL_ENV) -> Path:
                                  place="the cache folder")
                 print(f"normlimits: joining the four chunks of {GEMMA3_FILE} once into {folder}",
                       file=sys.stderr, flush=True)
-                atomic_save_dir(folder, lambda tmp: _join(chunks, tmp, named))
+                with one_time_work():      # cached for every later run (core.one_time)
+                    atomic_save_dir(folder, lambda tmp: _join(chunks, tmp, named))
     path = folder / GEMMA3_FILE
     remedy = f"delete the folder {folder} to join the installed chunks again"
     if not path.is_file():

@@ -45,6 +45,7 @@ from normlimits.core.cache import (
 from normlimits.model.pretrained import (LoadedModel, check_model_folder, load_pretrained,
                                          missing_weights, shown_names)
 from normlimits.model.errors import ModelError
+from normlimits.core.one_time import one_time_work
 from normlimits.core.settings import CACHE_ENV, MODEL_ENV
 
 #: the model setting that names the shipped SmolLM2 file
@@ -360,7 +361,8 @@ def ensure_converted(info: GGUFInfo, named: str | None = None) -> tuple[Path, di
                 check_room_for_conversion(info, directory)
                 print(f"normlimits: converting {info.path.name} to float32 once (about 20 s) into "
                       f"{directory}", file=sys.stderr, flush=True)
-                convert_gguf(info, directory, named)
+                with one_time_work():      # cached for every later run (core.one_time)
+                    convert_gguf(info, directory, named)
     return directory, verify_converted(directory)
 
 

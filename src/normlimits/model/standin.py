@@ -43,6 +43,7 @@ from normlimits.core.cache import (
 from normlimits.model.pretrained import (
     BYTE_TOKENIZER_FILE, LoadedModel, byte_encode, check_model_folder, load_pretrained)
 from normlimits.model.errors import ModelError
+from normlimits.core.one_time import one_time_work
 from normlimits.core.settings import CORPUS_ENV, configure_torch
 from normlimits.model.corpus import load_corpus
 
@@ -478,8 +479,9 @@ def load_standin(corpus=None, recipe: Recipe | str | None = None) -> LoadedModel
                 print(f"normlimits: no trained {recipe.setting!r} is cached for this corpus; training "
                       f"it now ({TRAINING_ESTIMATE}, once per machine) into {directory}",
                       file=sys.stderr, flush=True)
-                model, report = train_standin(corpus, recipe)
-                save_standin(model, report, directory)
+                with one_time_work():      # cached for every later run (core.one_time)
+                    model, report = train_standin(corpus, recipe)
+                    save_standin(model, report, directory)
     report = verify_standin_dir(directory)
     try:
         loaded = load_pretrained(str(directory), setting=recipe.setting)
