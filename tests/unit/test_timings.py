@@ -101,7 +101,8 @@ def test_replicate_records_each_replica_run_on_the_context(tmp_path, monkeypatch
     def fake_execute(source, env):
         folder = tmp_path.__class__(env["NORMLIMITS_LEDGER_DIR"])
         (folder / "vanishing.json").write_text("[]")
-        (folder / "vanishing.timing.json").write_text(_json.dumps({"one_time_seconds": 4.0}))
+        (folder / "vanishing.timing.json").write_text(_json.dumps({"one_time_seconds": 4.0,
+                                                                   "forward_seconds": 2.5}))
         return 10.0
 
     monkeypatch.setattr(replicas, "execute_chapter", fake_execute)
@@ -109,8 +110,46 @@ def test_replicate_records_each_replica_run_on_the_context(tmp_path, monkeypatch
     seen = {}
     ctx = SimpleNamespace(chapter="vanishing", loaded=SimpleNamespace(name="smollm2-135m"),
                           one_time=lambda s: seen.setdefault("once", s),
-                          replica_ran=lambda label, s: seen.setdefault(label, s))
+                          replica_ran=lambda label, s, forward: seen.setdefault(label, (s, forward)))
     runs = replicas.replicate(ctx, [replicas.Replica("standin", {"NORMLIMITS_MODEL": "standin"})],
                               record=False)
     assert [r.seconds for r in runs] == [10.0]
-    assert seen == {"once": 4.0, "standin": 6.0}
+    assert seen == {"once": 4.0, "standin": (6.0, 2.5)}
+
+
+def test_the_floor_table_divides_each_run_by_its_forward_passes():
+    """Wall time less one-time work over forward seconds, per chapter and for the whole book;
+    a chapter recorded before forward passes were timed is left out, not shown as zero."""
+    recorded = {
+        "vanishing": {"seconds": 130.0, "one_time_seconds": 30.0, "forward_seconds": 40.0, "model": "m"},
+        "distances": {"seconds": 50.0, "forward_seconds": 0.0, "model": "m"},       # cached captures
+        "old": {"seconds": 9.0, "model": "m"},
+    }
+    rows = {r["chapter"]: r for r in timings.floor_rows(recorded)}
+    assert set(rows) == {"vanishing", "distances", "book"}
+    assert rows["vanishing"]["seconds"] == 100.0 and rows["vanishing"]["ratio"] == 2.5
+    assert rows["distances"]["ratio"] is None
+    assert rows["book"]["seconds"] == 150.0 and rows["book"]["ratio"] == 150.0 / 40.0
+    page = timings.floor_html(recorded)
+    assert "3.75 times its forward passes" in page and "is missed" in page and "no forward pass" in page
+    recorded["vanishing"]["forward_seconds"] = 140.0
+    assert "is met" in timings.floor_html(recorded)
+    assert "forward" in timings.format_table(recorded) and "x the floor" in timings.format_table(recorded)
+    assert "No chapter" in timings.floor_html({"old": recorded["old"]})
+    assert timings.floor_rows({}) == []
+
+
+def test_a_chapter_records_its_forward_passes_and_its_replicas(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from normlimits.book.chapter import ChapterContext
+    from normlimits.core import forward_clock
+
+    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
+    monkeypatch.setattr("normlimits.core.glued.glue", lambda *a, **k: None)
+    ctx = ChapterContext("vanishing", SimpleNamespace(name="standin", n_params=2e6), corpus=None, window_count=2)
+    monkeypatch.setitem(forward_clock._state, "seconds", forward_clock.spent() + 3.0)   # 3 s of passes
+    ctx.replica_ran("standin-rope", 5.0, forward_seconds=2.0)
+    ctx.finish()
+    recorded = timings.read_timings(tmp_path)["vanishing"]
+    assert abs(recorded["forward_seconds"] - 5.0) < 1e-9

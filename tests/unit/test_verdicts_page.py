@@ -532,3 +532,26 @@ def test_a_chapters_verdict_card_holds_its_own_claims_on_every_model_and_points_
     # a chapter with no claim of the paper says so instead of drawing an empty table
     empty = S.chapter_card_html(rows, "cost", "cost.html", "verdicts.html")
     assert "verdict-card-empty" in empty and "<table" not in empty
+
+
+def test_the_build_timings_placeholder_is_filled_from_the_timing_files_and_its_page_rewritten(tmp_path, monkeypatch):
+    """The cost chapter's ``{build-timings}``: filled at resolve time (after every chapter has
+    executed) from the timing files beside the ledger, and its page re-read on every rebuild."""
+    import json
+    from types import SimpleNamespace
+
+    (tmp_path / "cost.md").write_text("# Cost\n\n```{build-timings}\n```\n")
+    env = SimpleNamespace(found_docs={"cost"}, doc2path=lambda doc: tmp_path / f"{doc}.md")
+    assert S._ledger_docs(env) == ["cost"]
+    assert S.BuildTimingsDirective.run(SimpleNamespace())[0]["kind"] == "timings"
+    ledger_folder = tmp_path / "ledger"
+    ledger_folder.mkdir()
+    (ledger_folder / "vanishing.timing.json").write_text(json.dumps(
+        {"chapter": "vanishing", "seconds": 60.0, "one_time_seconds": 0.0, "forward_seconds": 20.0,
+         "model": "standin (2.0M params)", "windows": 8}))
+    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(ledger_folder))
+    app = SimpleNamespace(env=SimpleNamespace(found_docs={"book/cost"}, doc2path=lambda doc: tmp_path / "none.md"))
+    monkeypatch.setattr(S, "_root", lambda app: tmp_path)
+    raw = S._fill(S.ledger_placeholder(kind="timings"), [], app, "book/cost").astext()
+    assert "build-timings" in raw and "<td>vanishing</td><td>60</td><td>20</td><td>3.0</td>" in raw
+    assert "3.00 times its forward passes" in raw

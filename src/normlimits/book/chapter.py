@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from normlimits.core import figure_data, glued, one_time
+from normlimits.core import figure_data, forward_clock, glued, one_time
 from normlimits.core.precision import dtype_rtol
 from normlimits.model.corpus import Corpus, load_corpus
 from normlimits.model.pretrained import LoadedModel
@@ -53,6 +53,10 @@ class ChapterContext:
     #: conversions the package itself times) when the chapter started; what it adds by the end is
     #: counted as one-time too
     one_time_at_start: float = field(default_factory=one_time.spent)
+    #: the process's forward-pass seconds when the chapter started (:mod:`normlimits.core.forward_clock`)
+    forward_at_start: float = field(default_factory=forward_clock.spent)
+    #: forward-pass seconds of the replicas (each ran in its own kernel)
+    replica_forward_seconds: float = 0.0
     #: seconds each replica of this chapter ran (its label -> seconds, less its one-time work):
     #: each replica is a separate run of the chapter, held to the budget on its own
     replica_seconds: dict[str, float] = field(default_factory=dict)
@@ -94,24 +98,28 @@ class ChapterContext:
             raise ValueError(f"one-time seconds must be >= 0 (got {seconds})")
         self.one_time_seconds += float(seconds)
 
-    def replica_ran(self, label: str, seconds: float) -> None:
+    def replica_ran(self, label: str, seconds: float, forward_seconds: float = 0.0) -> None:
         """Record that the replica ``label`` (the chapter re-executed on another model) ran
-        ``seconds``, its one-time work excluded: :func:`normlimits.book.timings.over_budget` holds the
-        replica and the chapter's own run to the budget separately."""
-        if seconds < 0:
-            raise ValueError(f"replica seconds must be >= 0 (got {seconds})")
+        ``seconds``, its one-time work excluded, of which ``forward_seconds`` in forward passes:
+        :func:`normlimits.book.timings.over_budget` holds the replica and the chapter's own run to
+        the budget separately."""
+        if seconds < 0 or forward_seconds < 0:
+            raise ValueError(f"replica seconds must be >= 0 (got {seconds}, forward {forward_seconds})")
         self.replica_seconds[label] = self.replica_seconds.get(label, 0.0) + float(seconds)
+        self.replica_forward_seconds += float(forward_seconds)
 
     def finish(self) -> float:
         """Record the chapter's execution time (seconds since it started, and the one-time part of
         it: what :meth:`one_time` was given plus the package's own timed one-time work since the
-        start) beside its ledger rows, in ``<ledger dir>/<chapter>.timing.json``; returns it and glues
+        start; and the part spent in model forward passes, the replicas' included) beside its ledger rows, in ``<ledger dir>/<chapter>.timing.json``; returns it and glues
         ``chapter_seconds``."""
         seconds = self.elapsed()
         once = self.one_time_seconds + (one_time.spent() - self.one_time_at_start)
+        forward = forward_clock.spent() - self.forward_at_start + self.replica_forward_seconds
         atomic_write_json(writable_ledger_dir() / f"{self.chapter}.timing.json",
                           {"chapter": self.chapter, "seconds": seconds, "model": self.model_label,
                            "windows": self.window_count, "one_time_seconds": once,
+                           "forward_seconds": forward,
                            "replica_seconds": self.replica_seconds})
         glued.glue("chapter_seconds", seconds)
         return seconds

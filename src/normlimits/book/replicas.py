@@ -198,12 +198,13 @@ def execute_chapter(source: Path, env: Mapping[str, str | None], *,
     return seconds
 
 
-def _one_time_seconds(timing: Path) -> float:
-    """The one-time seconds (training now cached) a child recorded with its time, 0 if none."""
+def _recorded_seconds(timing: Path, key: str) -> float:
+    """A part of its time a child recorded (``one_time_seconds``: training now cached;
+    ``forward_seconds``: its forward passes), 0 if none."""
     import json
 
     try:
-        return float(json.loads(timing.read_text()).get("one_time_seconds", 0.0))
+        return float(json.loads(timing.read_text()).get(key, 0.0))
     except (OSError, ValueError, AttributeError):
         return 0.0
 
@@ -234,11 +235,13 @@ def replicate(ctx, replicas: list[Replica] | None = None, *, record: bool = True
             env = {**replica.env, REPLICA_OF_ENV: ctx.chapter, ledger.LEDGER_ENV: folder}
             seconds = execute_chapter(source, env)
             rows = ledger.read_rows(Path(folder) / f"{ctx.chapter}.json")
-            once = _one_time_seconds(Path(folder) / f"{ctx.chapter}.timing.json")
+            timing = Path(folder) / f"{ctx.chapter}.timing.json"
+            once = _recorded_seconds(timing, "one_time_seconds")
+            forward = _recorded_seconds(timing, "forward_seconds")
         if once and hasattr(ctx, "one_time"):
             ctx.one_time(once)      # the child's cached training is not the chapter's running cost
         if hasattr(ctx, "replica_ran"):
-            ctx.replica_ran(replica.label, max(seconds - once, 0.0))
+            ctx.replica_ran(replica.label, max(seconds - once, 0.0), forward)
         rows = [r for r in rows if not r.get("variant")]
         stray = sorted({r["id"] for r in rows} - own)
         if stray:

@@ -55,6 +55,7 @@ from normlimits.claims import CHAPTER_MODULES, VERDICTS, Criterion, readings_wor
 from normlimits.claims.rules import VERDICT_DEFINITIONS, plain_text
 from normlimits.core.markup import html_table, inline_html, significant, units_of, with_interval
 from normlimits.core.cache import atomic_write_json
+from normlimits.book import timings
 
 logger = logging.getLogger(__name__)
 
@@ -740,6 +741,14 @@ class VerdictLegendDirective(SphinxDirective):
         return [ledger_placeholder(kind="legend")]
 
 
+class BuildTimingsDirective(SphinxDirective):
+    """``{build-timings}``: each chapter's wall time against its forward passes, as recorded beside
+    the ledger (:func:`normlimits.book.timings.floor_html`), filled once every chapter has executed."""
+
+    def run(self):
+        return [ledger_placeholder(kind="timings")]
+
+
 class ClaimsLedgerDirective(SphinxDirective):
     """``{claims-ledger}`` (``:part: paper`` or ``book``): one anchored section per chapter."""
 
@@ -799,6 +808,8 @@ def _fill(node, rows: list[dict], app, fromdocname: str) -> nodes.Node:
         text = book_counts_html(rows)
     elif kind == "legend":
         text = legend_html()
+    elif kind == "timings":
+        text = timings.floor_html(timings.read_timings(ledger.ledger_dir(_root(app))))
     elif kind == "download":
         text = (f'<p class="ledger-download">Every row below, with every criterion, value and '
                 f'rule, in one file: <a href="{html.escape(_uri(app, fromdocname, LEDGER_FILE))}" '
@@ -826,7 +837,7 @@ def _resolve(app, doctree, fromdocname):
     if not placeholders:
         return
     rows = _rows(app)
-    if any(p["kind"] not in ("scoreboard", "bottom-line", "legend", "card") for p in placeholders):
+    if any(p["kind"] not in ("scoreboard", "bottom-line", "legend", "card", "timings") for p in placeholders):
         for missing in claims.missing_claims(rows, _chapters(app)):
             logger.warning(f"claims ledger: no verdict recorded for {missing}", location=fromdocname)
     for node in placeholders:
@@ -843,14 +854,15 @@ def _write_json(app, exception):
 
 def _ledger_docs(env) -> list[str]:
     """Documents that hold a ledger directive (the Verdicts page, the landing page): the
-    tables, the scoreboard or the bottom line."""
+    tables, the scoreboard, the bottom line or the build's timings."""
     found = []
     for doc in env.found_docs:
         try:
             text = Path(env.doc2path(doc)).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        if any(name in text for name in ("{claims-ledger}", "{claims-bottom-line}", "{claims-scoreboard}")):
+        if any(name in text for name in ("{claims-ledger}", "{claims-bottom-line}", "{claims-scoreboard}",
+                                         "{build-timings}")):
             found.append(doc)
     return sorted(found)
 
@@ -870,6 +882,7 @@ def setup(app):
     app.add_directive("claims-scoreboard", ScoreboardDirective)
     app.add_directive("verdict-legend", VerdictLegendDirective)
     app.add_directive("chapter-verdicts", ChapterVerdictsDirective)
+    app.add_directive("build-timings", BuildTimingsDirective)
     app.connect("env-get-outdated", _outdated)
     app.connect("doctree-resolved", _resolve)
     app.connect("build-finished", _write_json)

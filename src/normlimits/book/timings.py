@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from normlimits.claims.ledger import ledger_dir
-from normlimits.core.protocol import CHAPTER_BUDGET_SECONDS
+from normlimits.core.protocol import BOOK_FLOOR_GOAL, CHAPTER_BUDGET_SECONDS
 
 #: a chapter over this multiple of its budget fails the build
 BUDGET_FACTOR = 2.0
@@ -58,9 +58,65 @@ def over_budget(timings: dict[str, dict], factor: float = BUDGET_FACTOR) -> dict
     return over
 
 
+def floor_rows(timings: dict[str, dict]) -> list[dict]:
+    """Each chapter's run against the physical floor of its work: ``{"chapter", "seconds" (wall
+    time less one-time work, replicas included), "forward_seconds" (its and its replicas' model
+    forward passes: :mod:`normlimits.core.forward_clock`), "ratio"}`` (None where no forward pass
+    was timed), then a ``"book"`` row over every chapter that timed its forward passes. A chapter
+    that reads captures an earlier one computed (the capture cache) pays no forward pass for them,
+    so the book's ratio is the one that measures the overhead; a chapter's own ratio says where
+    the time beyond the forward passes goes."""
+    rows = []
+    for chapter, t in timings.items():
+        if "forward_seconds" not in t:
+            continue                      # recorded before forward passes were timed
+        run = max(t["seconds"] - t.get("one_time_seconds", 0.0), 0.0)
+        forward = float(t["forward_seconds"])
+        rows.append({"chapter": chapter, "seconds": run, "forward_seconds": forward,
+                     "ratio": run / forward if forward > 0 else None})
+    if rows:
+        run, forward = sum(r["seconds"] for r in rows), sum(r["forward_seconds"] for r in rows)
+        rows.append({"chapter": "book", "seconds": run, "forward_seconds": forward,
+                     "ratio": run / forward if forward > 0 else None})
+    return rows
+
+
+def floor_html(timings: dict[str, dict]) -> str:
+    """:func:`floor_rows` as an HTML table (the cost chapter's ``{build-timings}``)."""
+    import html
+
+    rows = floor_rows(timings)
+    if not rows:
+        return "<p>No chapter of this build has recorded its forward passes yet.</p>"
+    models = {t.get("model") for c, t in timings.items() if "forward_seconds" in t}
+
+    def ratio(value):
+        return f"{value:.1f}" if value is not None else "no forward pass"
+
+    body = "".join(f"<tr><td>{html.escape(r['chapter'])}</td><td>{r['seconds']:.0f}</td>"
+                   f"<td>{r['forward_seconds']:.0f}</td><td>{ratio(r['ratio'])}</td></tr>" for r in rows)
+    return ('<table class="build-timings"><thead><tr><th>chapter</th><th>wall time (s), one-time work '
+            'excluded</th><th>forward passes (s)</th><th>wall / forward</th></tr></thead>'
+            f"<tbody>{body}</tbody></table>"
+            + _goal_sentence(rows[-1]["ratio"]) +
+            f"<p>Primary model of the chapters: {html.escape(', '.join(sorted(m for m in models if m)))}. "
+            "Each chapter's time at its last execution (a chapter taken from the execution cache keeps "
+            "the time of the build that executed it).</p>")
+
+
+def _goal_sentence(ratio: float | None) -> str:
+    """Whether the book's wall / forward ratio met :data:`~normlimits.core.protocol.BOOK_FLOOR_GOAL`."""
+    if ratio is None:
+        return "<p>No forward pass was timed, so the book's overhead cannot be stated.</p>"
+    met = "met" if ratio <= BOOK_FLOOR_GOAL else "missed"
+    return (f"<p>The whole book ran at {ratio:.2f} times its forward passes; the goal, at most "
+            f"{BOOK_FLOOR_GOAL:g} times, is {met}.</p>")
+
+
 def format_table(timings: dict[str, dict]) -> str:
     """One line per chapter: seconds, budget, and a mark when over twice the budget."""
-    lines = [f"{'chapter':<14} {'seconds':>8} {'budget':>7}  model"]
+    lines = [f"{'chapter':<14} {'seconds':>8} {'budget':>7} {'forward':>8} {'wall/fwd':>8}  model"]
+    floor = {r["chapter"]: r for r in floor_rows(timings)}
     for ch, t in timings.items():
         budget = CHAPTER_BUDGET_SECONDS.get(ch)
         mark = "  OVER 2x BUDGET" if over_budget({ch: t}) else ""
@@ -68,8 +124,17 @@ def format_table(timings: dict[str, dict]) -> str:
         note = f"  (of which one-time work {once:.1f} s: training or conversion, cached now)" if once else ""
         note += "".join(f"  (of which replica on {label} {s:.1f} s)"
                         for label, s in t.get("replica_seconds", {}).items())
-        lines.append(f"{ch:<14} {t['seconds']:>8.1f} {budget if budget else '-':>7}  {t['model']}{mark}{note}")
-    lines.append(f"{'total':<14} {sum(t['seconds'] for t in timings.values()):>8.1f}")
+        fwd = floor.get(ch)
+        forward = f"{fwd['forward_seconds']:>8.1f}" if fwd else f"{'-':>8}"
+        ratio = f"{fwd['ratio']:>8.1f}" if fwd and fwd["ratio"] is not None else f"{'-':>8}"
+        lines.append(f"{ch:<14} {t['seconds']:>8.1f} {budget if budget else '-':>7} {forward} {ratio}  "
+                     f"{t['model']}{mark}{note}")
+    total = f"{'total':<14} {sum(t['seconds'] for t in timings.values()):>8.1f}"
+    book = floor.get("book")
+    if book and book["ratio"] is not None:
+        total += (f"  (one-time work excluded: {book['seconds']:.1f} s, of which forward passes "
+                  f"{book['forward_seconds']:.1f} s: {book['ratio']:.2f} x the floor)")
+    lines.append(total)
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["one_time_work", "spent"]
+__all__ = ["one_time_work", "spent", "busy"]
 
 _state = {"seconds": 0.0, "depth": 0}
 
@@ -35,3 +35,8 @@ def one_time_work() -> Iterator[None]:
 def spent() -> float:
     """Seconds of one-time work this process has done so far (outermost blocks only)."""
     return _state["seconds"]
+
+
+def busy() -> bool:
+    """Whether one-time work is running now (inside a :func:`one_time_work` block)."""
+    return _state["depth"] > 0

@@ -19,6 +19,7 @@ from typing import Callable
 
 import torch
 
+from normlimits.core import forward_clock
 from normlimits.core.devices import Placement, placement
 from normlimits.core.settings import MODEL_ENV
 from normlimits.model.errors import ModelError, UnsupportedModelError
@@ -77,6 +78,9 @@ class LoadedModel:
     #: where it adds one, as Gemma 3's does; empty for GPT-2, SmolLM2 and the byte-level models):
     #: every window starts with them, as the model saw every text in training
     prefix: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        forward_clock.time_forward_passes(self.model)      # the build's floor (core.forward_clock)
 
     @property
     def config(self):
