@@ -112,3 +112,15 @@ def test_the_removal_runs_on_the_protocols_lengths_up_to_the_windows_own():
     for bad in (128, 300, 2048):                                # one length only, or not a protocol length
         with pytest.raises(ValueError, match=f"got L = {bad}"):
             P.removal_lengths(bad)
+
+
+def test_removal_looks_end_at_the_cap():
+    assert P.removal_looks(8) == (2, 4, 8)
+    assert P.removal_looks(6) == (2, 4, 6)
+    assert P.removal_looks(2) == (2,)
+    assert P.removal_looks(1) == (1,)
+    assert P.removal_looks(16) == (2, 4, 8, 16)
+    import pytest
+
+    with pytest.raises(ValueError, match="at least one window"):
+        P.removal_looks(0)

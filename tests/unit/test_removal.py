@@ -539,3 +539,75 @@ def test_the_chapter_sentences_on_intervals_for_8_2_and_1_windows():
     assert "no interval can be given" in R.interval_sentence(ivs, 1)
     assert R.undecided_sentence(one, ivs, crit, 0.05, sqrt_size, "x") == \
         "No verdict of this experiment is inconclusive."
+
+
+@pytest.mark.parametrize("protocol", R.PROTOCOLS)
+def test_sweeps_on_disjoint_windows_merge_into_the_sweep_on_all_of_them(tiny_loaded, protocol):
+    """merge_results of sweeps on windows 0-1 and 2-3 equals one sweep on 0-3: increases, their
+    standard errors, per-window increases, output change, full NLL, tokens."""
+    windows = _ids(tiny_loaded, length=64, rows=4)
+    caps = [capture_window(tiny_loaded, w) for w in windows]
+    options = dict(targets=8, extra_sizes=lambda L: [5], protocol=protocol)
+    whole = R.removal_sweep(tiny_loaded, windows, [32, 64], captures=caps, **options)
+    parts = [R.removal_sweep(tiny_loaded, windows[a:b], [32, 64], captures=caps[a:b], **options)
+             for a, b in ((0, 2), (2, 4))]
+    merged = R.merge_results(parts)
+    assert merged.windows == 4 and merged.extra["forward_tokens"] == whole.extra["forward_tokens"]
+    for mode in R.MODES:
+        for L in whole.lengths:
+            for field in ("increase", "increase_se", "output_change", "increase_sq"):
+                assert np.allclose(getattr(merged, field)[mode][L], getattr(whole, field)[mode][L],
+                                   rtol=1e-6, atol=1e-9), (field, mode, L)
+            assert np.allclose(merged.increase_by_window[mode][L], whole.increase_by_window[mode][L], atol=1e-12)
+    assert all(abs(merged.full_nll[L] - whole.full_nll[L]) < 1e-9 for L in whole.lengths)
+    assert R.merge_results(parts[:1]) is parts[0]
+    with pytest.raises(ValueError, match="same lengths"):
+        R.merge_results([parts[0], R.removal_sweep(tiny_loaded, windows[:2], [64], **options)])
+    with pytest.raises(ValueError, match="nothing"):
+        R.merge_results([])
+
+
+def test_the_sequential_sweep_measures_each_window_once_and_stops_on_the_registered_rules(tiny_loaded, monkeypatch):
+    """Looks 2, 4: every window swept once, in order; the sweep stops at the first look where no
+    removal claim is inconclusive, and runs to the cap while one is; intervals carry the
+    Bonferroni level."""
+    windows = _ids(tiny_loaded, length=64, rows=4)
+    sqrt_size = lambda L: math.isqrt(L - 1) + 1                                 # noqa: E731
+    swept = []
+    real = R.removal_sweep
+
+    def spy(loaded, ids, lengths, **kw):
+        swept.append(ids.clone())
+        return real(loaded, ids, lengths, **kw)
+
+    monkeypatch.setattr(R, "removal_sweep", spy)
+    critical = {32: None, 64: None}
+    monkeypatch.setattr(R, "undecided_claims", lambda *a, **k: ["ALT-TOPK"])      # never decided
+    found = R.sequential_sweep(tiny_loaded, windows, [32, 64], (2, 4), critical, 0.05, sqrt_size, "x",
+                               targets=8, extra_sizes=lambda L: [sqrt_size(L)])
+    assert torch.equal(torch.cat(swept), windows) and [len(s) for s in swept] == [2, 2]
+    assert found.run.taken == (2, 4) and not found.run.decided and found.result.windows == 4
+    level = found.intervals["ALT-REM-size"]["grows"].level
+    assert abs(level - (1 - 0.05 / 2)) < 1e-12
+    swept.clear()
+    monkeypatch.setattr(R, "undecided_claims", lambda *a, **k: [])              # decided at once
+    found = R.sequential_sweep(tiny_loaded, windows, [32, 64], (2, 4), critical, 0.05, sqrt_size, "x",
+                               targets=8, extra_sizes=lambda L: [sqrt_size(L)])
+    assert [len(s) for s in swept] == [2] and found.run.taken == (2,) and found.result.windows == 2
+    with pytest.raises(ValueError, match="last look needs 8"):
+        R.sequential_sweep(tiny_loaded, windows, [32, 64], (2, 8), critical, 0.05, sqrt_size, "x", targets=8,
+                           extra_sizes=lambda L: [sqrt_size(L)])
+
+
+def test_undecided_claims_follow_the_registered_rules():
+    """A result whose windows agree decides every removal claim that has values; one whose
+    windows disagree across a threshold leaves the size claim undecided."""
+    sqrt_size = lambda L: math.isqrt(L - 1) + 1                                 # noqa: E731
+    none = {L: None for L in (128, 256, 512, 1024)}
+    same = _windows_result([[4, 8, 16, 32]] * 4, [[2, 4, 8, 16]] * 4)
+    ivs = R.claim_intervals(same, none, 0.05, sqrt_size, "x", resamples=200)
+    assert R.undecided_claims(same, ivs, none, 0.05, sqrt_size, "x") == []
+    mixed = _windows_result([[4, 8, 16, 32], [64, 64, 64, 64], [4, 8, 16, 32], [64, 64, 64, 64]],
+                            [[2, 4, 8, 16]] * 4)
+    ivs = R.claim_intervals(mixed, none, 0.05, sqrt_size, "x", resamples=400)
+    assert "ALT-REM-size" in R.undecided_claims(mixed, ivs, none, 0.05, sqrt_size, "x")

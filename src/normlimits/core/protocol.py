@@ -34,7 +34,7 @@ __all__ = [
     "ALT_JACOBIAN_ROWS", "ALT_JACOBIAN_WINDOWS", "ALT_LANCZOS_STEPS", "ALT_SWEEP_WINDOWS",
     "ALT_SYNTHETIC_TRIALS",
     "REMOVAL_TOLERANCES", "REMOVAL_TOLERANCE", "REMOVAL_LENGTHS", "removal_lengths", "REMOVAL_TARGETS",
-    "REMOVAL_WINDOWS", "REMOVAL_EXPONENT_BAND", "REMOVAL_RENORM_FACTOR", "REMOVAL_PREDICT_FACTOR",
+    "REMOVAL_WINDOWS", "REMOVAL_LOOKS", "removal_looks", "REMOVAL_EXPONENT_BAND", "REMOVAL_RENORM_FACTOR", "REMOVAL_PREDICT_FACTOR",
     "FULL_SAMPLING_WORK", "sampling_work", "LARGE_STUDY_WINDOWS", "LARGE_POSITIONS_PER_OCTAVE",
     "LARGE_READING_WINDOWS", "LARGE_SEPARABILITY_WINDOWS", "LARGE_REMOVAL_WINDOWS", "Sampling",
     "sampling_for",
@@ -247,6 +247,20 @@ REMOVAL_TARGETS = 64
 #: windows gave the renormalised N*'s exponent from 0.12 to 0.88 and graded ALT-TOPK both ways
 #: (the closing note of 2026-12-01 has the table); every window of the chapter is used.
 REMOVAL_WINDOWS = 8
+#: book: the looks of the removal experiment (normlimits.core.sequential), fixed before any data:
+#: it is measured on the first 2 windows, then 4, then 8, and stops at the first look where no
+#: removal claim is undecided (each look's intervals Bonferroni-corrected for the looks)
+REMOVAL_LOOKS = (2, 4, 8)
+
+
+def removal_looks(cap: int) -> tuple[int, ...]:
+    """The looks of :data:`REMOVAL_LOOKS` up to ``cap`` windows (the windows the model's sampling
+    allows), ``cap`` itself the last look: (2, 4, 8) for 8, (2, 4, 6) for 6, (2,) for 2, (1,) for 1.
+    ValueError for a cap below 1."""
+    if cap < 1:
+        raise ValueError(f"the removal experiment needs at least one window (got {cap})")
+    kept = tuple(n for n in REMOVAL_LOOKS if n < cap)
+    return kept + (int(cap),)
 #: book: "grows with the context while its fraction falls": the exponent of N*_tau against L
 #: lies in this band
 REMOVAL_EXPONENT_BAND = (0.1, 0.9)

@@ -67,8 +67,8 @@ from torch import Tensor
 
 from normlimits.model.attention_tap import expand_heads, switched
 from normlimits.model.capture import output_projections
-from normlimits.claims import undecided_words
-from normlimits.core.bootstrap import RESAMPLES, SEED, Interval, bootstrap_values, level_words
+from normlimits.claims import claim as registered_claim, undecided_words
+from normlimits.core.bootstrap import LEVEL, RESAMPLES, SEED, Interval, bootstrap_values, level_words
 from normlimits.core.fits import loglog_fit
 
 __all__ = [
@@ -85,6 +85,11 @@ __all__ = [
     "target_rows",
     "effective_set_size",
     "claim_values",
+    "merge_results",
+    "SequentialRemoval",
+    "sequential_sweep",
+    "undecided_claims",
+    "critical_protocol_words",
 ]
 
 #: the name the attention function and its mask are registered under
@@ -365,6 +370,9 @@ class RemovalResult:
     increase_by_window: dict = field(default_factory=dict)
     #: "prefix" or "suffix" (see :func:`removal_sweep`)
     protocol: str = "suffix"
+    #: per mode and length, the mean squared increase over windows and targets ``[n]`` (with
+    #: ``increase`` it pools the standard error of sweeps on other windows: :func:`merge_results`)
+    increase_sq: dict = field(default_factory=dict)
 
     def n_star(self, tau: float, mode: str = "delete") -> list[int]:
         """``N*_tau`` per length."""
@@ -573,13 +581,14 @@ def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: i
     passes = _prefix_nll if protocol == "prefix" else _suffix_nll
     base, nll = passes(model, windows, lengths, grids, targets, batch_tokens)
     w_out = output_projections(model)
-    increase, se, change, by_window = ({m: {} for m in MODES} for _ in range(4))
+    increase, se, change, by_window, squares = ({m: {} for m in MODES} for _ in range(5))
     for L in lengths:
         for mode, renorm in MODES.items():
             diff = nll[mode][L] - base[L][None]                                  # [n, W, K]
             by_window[mode][L] = diff.mean(-1).tolist()                          # [n][W]
             diff = diff.reshape(len(grids[L]), -1)                               # [n, W*K]
             increase[mode][L] = diff.mean(-1).tolist()
+            squares[mode][L] = diff.square().mean(-1).tolist()
             se[mode][L] = (diff.std(-1) / math.sqrt(diff.shape[-1])).tolist()
             if captures is not None:
                 rows = target_rows(L, targets, protocol)
@@ -590,7 +599,114 @@ def removal_sweep(loaded, windows: Tensor, lengths: Sequence[int], *, targets: i
                          targets=targets, windows=windows.shape[0], seconds=time.perf_counter() - start,
                          extra={"forward_tokens": forward_tokens(grids, windows.shape[0], protocol)},
                          increase_by_window=by_window,
-                         protocol=protocol)
+                         protocol=protocol, increase_sq=squares)
+
+
+def merge_results(parts: Sequence[RemovalResult]) -> RemovalResult:
+    """Sweeps of the same lengths, grids, targets and protocol on disjoint windows, as one sweep
+    over all their windows (in order): the increases, the full model's NLL and the layer-output
+    change are the window-weighted means of the parts' (every window has the same targets, so
+    this is the pooled mean), the standard error is pooled from each part's mean and mean square,
+    the per-window increases are concatenated; seconds and forward tokens add up."""
+    parts = list(parts)
+    if not parts:
+        raise ValueError("nothing to merge")
+    first = parts[0]
+    for part in parts[1:]:
+        if (part.lengths, part.grids, part.targets, part.protocol) != (first.lengths, first.grids, first.targets,
+                                                                        first.protocol):
+            raise ValueError("only sweeps of the same lengths, grids, targets and protocol can be merged")
+    if len(parts) == 1:
+        return first
+    if any(not p.increase_sq for p in parts):
+        raise ValueError("a part kept no mean squares; run removal_sweep")
+    weights = np.array([p.windows for p in parts], dtype=float)
+    windows = int(weights.sum())
+
+    def pooled(get) -> list:
+        return list(np.average(np.array([get(p) for p in parts], dtype=float), axis=0, weights=weights))
+
+    increase, squares, se, change, by_window = ({m: {} for m in MODES} for _ in range(5))
+    count = windows * first.targets                                      # targets pooled
+    for mode in MODES:
+        for L in first.lengths:
+            increase[mode][L] = [float(x) for x in pooled(lambda p: p.increase[mode][L])]
+            squares[mode][L] = [float(x) for x in pooled(lambda p: p.increase_sq[mode][L])]
+            variance = [max(q - m * m, 0.0) * count / (count - 1) for m, q in zip(increase[mode][L], squares[mode][L])]
+            se[mode][L] = [math.sqrt(v / count) for v in variance]
+            by_window[mode][L] = [sum((p.increase_by_window[mode][L][i] for p in parts), [])
+                                  for i in range(len(first.grids[L]))]
+            if all(p.output_change.get(mode) for p in parts):
+                change[mode][L] = [float(x) for x in pooled(lambda p: p.output_change[mode][L])]
+    return RemovalResult(lengths=first.lengths, grids=first.grids, increase=increase, increase_se=se,
+                         output_change=change,
+                         full_nll={L: float(np.average([p.full_nll[L] for p in parts], weights=weights))
+                                   for L in first.lengths},
+                         targets=first.targets, windows=windows, seconds=sum(p.seconds for p in parts),
+                         extra={"forward_tokens": sum(p.extra.get("forward_tokens", 0) for p in parts)},
+                         increase_by_window=by_window, protocol=first.protocol, increase_sq=squares)
+
+
+@dataclass
+class SequentialRemoval:
+    """The removal experiment measured in looks (:func:`sequential_sweep`): the merged ``result``
+    on the windows measured, the claims' ``intervals`` at the looks' corrected level, and the
+    ``run`` (:class:`normlimits.core.sequential.SequentialRun`: looks, level, why it stopped)."""
+
+    result: RemovalResult
+    intervals: dict
+    run: object
+
+
+def undecided_claims(removal: RemovalResult, intervals: dict, critical: dict, tau: float, sqrt_size,
+                     protocol: str) -> list[str]:
+    """The removal claims whose registered rule grades them "inconclusive" on ``removal`` with
+    ``intervals`` (an undecided criterion could change the verdict)."""
+    values = claim_values(removal, critical, tau, sqrt_size, protocol)
+    return [cid for cid in REMOVAL_CLAIMS
+            if values[cid][2] is None and registered_claim(cid).rule.grade(values[cid][0], intervals[cid] or None)
+            == "inconclusive"]
+
+
+def sequential_sweep(loaded, windows: Tensor, lengths: Sequence[int], looks: Sequence[int], critical: dict,
+                     tau: float, sqrt_size, critical_protocol: str, *, captures: Sequence | None = None,
+                     **sweep_options) -> SequentialRemoval:
+    """:func:`removal_sweep` on the first ``looks[0]`` windows, then on the next ones up to each
+    later look, stopping at the first look where no removal claim is undecided
+    (:func:`undecided_claims` with :func:`claim_intervals` at the Bonferroni-corrected level:
+    :func:`normlimits.core.sequential.run_looks`). ``windows`` [W, L_w] must hold the last look's
+    windows; ``captures`` (one per window) as :func:`removal_sweep` takes them; ``critical`` (Figure
+    2c's critical N per length) is held fixed. Each window is measured once, whatever the looks."""
+    from normlimits.core.sequential import check_looks, run_looks
+
+    looks = check_looks(looks)
+    if looks[-1] > len(windows):
+        raise ValueError(f"the last look needs {looks[-1]} windows (got {len(windows)})")
+    parts: list[RemovalResult] = []
+
+    def measure(count: int, level: float):
+        done = sum(p.windows for p in parts)
+        parts.append(removal_sweep(loaded, windows[done:count], lengths,
+                                   captures=None if captures is None else captures[done:count], **sweep_options))
+        merged = merge_results(parts)
+        return merged, claim_intervals(merged, critical, tau, sqrt_size, critical_protocol, level=level)
+
+    run = run_looks(looks, measure, lambda found: not undecided_claims(found[0], found[1], critical, tau,
+                                                                       sqrt_size, critical_protocol))
+    merged, intervals = run.result
+    return SequentialRemoval(merged, intervals, run)
+
+
+def critical_protocol_words(critical, per_octave: int) -> str:
+    """How Figure 2c's critical-N search (``critical``, from
+    :func:`normlimits.metrics.critical_n.critical_n_search`) aggregated its query positions, in
+    words for the removal claims' sentences."""
+    aggregate = getattr(critical, "aggregate", None)
+    if aggregate == "paper":
+        return f"the paper's protocol (every query position, sampled {per_octave} per octave)"
+    if aggregate in ("last_row", None):
+        return "the last query row of each window"
+    raise ValueError(f"unknown aggregation of the critical-N search: {aggregate!r}")
 
 
 def claim_values(removal: RemovalResult, critical: dict, tau: float, sqrt_size, protocol: str) -> dict:
@@ -631,7 +747,8 @@ REMOVAL_CLAIMS = ("ALT-REM-size", "ALT-REM-renorm", "ALT-REM-predict", "ALT-TOPK
 
 
 def claim_intervals(removal: RemovalResult, critical: dict, tau: float, sqrt_size, protocol: str, *,
-                    resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, dict[str, Interval]]:
+                    resamples: int = RESAMPLES, seed: int = SEED,
+                    level: float = LEVEL) -> dict[str, dict[str, Interval]]:
     """Percentile bootstrap intervals over the corpus windows of every value :func:`claim_values`
     grades: each resample of the windows (drawn with repeats) is measured as
     :meth:`RemovalResult.for_windows` measures a set of windows (mean increase over the drawn
@@ -647,7 +764,7 @@ def claim_intervals(removal: RemovalResult, critical: dict, tau: float, sqrt_siz
         return {(cid, key): value for cid in REMOVAL_CLAIMS for key, value in drawn[cid][0].items()}
 
     keys = list(values_of(list(range(removal.windows))))
-    found = bootstrap_values(removal.windows, values_of, keys, resamples=resamples, seed=seed)
+    found = bootstrap_values(removal.windows, values_of, keys, resamples=resamples, seed=seed, level=level)
     out: dict[str, dict[str, Interval]] = {cid: {} for cid in REMOVAL_CLAIMS}
     for (cid, key), interval in found.items():
         out[cid][key] = interval
@@ -678,7 +795,8 @@ def undecided_sentence(removal: RemovalResult, intervals: dict[str, dict[str, In
     decide it (:func:`normlimits.core.bootstrap.units_to_decide`), or that none would, when the value
     sits on the threshold itself."""
     half = list(range(removal.windows // 2))
-    half_intervals = (claim_intervals(removal.for_windows(half), critical, tau, sqrt_size, protocol)
+    level = next((iv.level for ivs in intervals.values() for iv in ivs.values()), LEVEL)
+    half_intervals = (claim_intervals(removal.for_windows(half), critical, tau, sqrt_size, protocol, level=level)
                       if half else {cid: {} for cid in REMOVAL_CLAIMS})
     values = claim_values(removal, critical, tau, sqrt_size, protocol)
     parts = undecided_words({cid: values[cid][0] for cid in REMOVAL_CLAIMS},
