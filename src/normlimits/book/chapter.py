@@ -111,7 +111,8 @@ class ChapterContext:
     def finish(self) -> float:
         """Record the chapter's execution time (seconds since it started, and the one-time part of
         it: what :meth:`one_time` was given plus the package's own timed one-time work since the
-        start; and the part spent in model forward passes, the replicas' included) beside its ledger rows, in ``<ledger dir>/<chapter>.timing.json``; returns it and glues
+        start; and the part spent in model forward passes, the replicas' included) beside its
+        ledger rows, in ``<ledger dir>/<chapter>.timing.json``; returns it and glues
         ``chapter_seconds``."""
         seconds = self.elapsed()
         once = self.one_time_seconds + (one_time.spent() - self.one_time_at_start)

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from normlimits.core.cache import atomic_write_bytes
 from normlimits.core.paths import book_root
 
 #: where the executed chapters go, under the book's folder
@@ -42,7 +43,7 @@ def write_figure_data(notebook_path: Path, chapter: str) -> list[Path]:
     for k, figure in enumerate(figures.values(), start=1):
         if figure.csv is not None:
             path = notebook_path.with_name(f"{file_stem(figure.label, chapter, k)}.csv")
-            path.write_bytes(figure.csv)
+            atomic_write_bytes(path, figure.csv)      # as the site writes it: never half-written
             written.append(path)
     return written
 

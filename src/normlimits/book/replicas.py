@@ -198,15 +198,16 @@ def execute_chapter(source: Path, env: Mapping[str, str | None], *,
     return seconds
 
 
-def _recorded_seconds(timing: Path, key: str) -> float:
-    """A part of its time a child recorded (``one_time_seconds``: training now cached;
-    ``forward_seconds``: its forward passes), 0 if none."""
+def _recorded_seconds(timing: Path, *keys: str) -> list[float]:
+    """Parts of its time a child recorded in its timing file, read once (``one_time_seconds``:
+    training now cached; ``forward_seconds``: its forward passes), each 0 if none."""
     import json
 
     try:
-        return float(json.loads(timing.read_text()).get(key, 0.0))
+        recorded = json.loads(timing.read_text())
+        return [float(recorded.get(key, 0.0)) for key in keys]
     except (OSError, ValueError, AttributeError):
-        return 0.0
+        return [0.0] * len(keys)
 
 
 def _replicas(primary: str) -> list[Replica]:
@@ -235,9 +236,8 @@ def replicate(ctx, replicas: list[Replica] | None = None, *, record: bool = True
             env = {**replica.env, REPLICA_OF_ENV: ctx.chapter, ledger.LEDGER_ENV: folder}
             seconds = execute_chapter(source, env)
             rows = ledger.read_rows(Path(folder) / f"{ctx.chapter}.json")
-            timing = Path(folder) / f"{ctx.chapter}.timing.json"
-            once = _recorded_seconds(timing, "one_time_seconds")
-            forward = _recorded_seconds(timing, "forward_seconds")
+            once, forward = _recorded_seconds(Path(folder) / f"{ctx.chapter}.timing.json",
+                                              "one_time_seconds", "forward_seconds")
         if once and hasattr(ctx, "one_time"):
             ctx.one_time(once)      # the child's cached training is not the chapter's running cost
         if hasattr(ctx, "replica_ran"):

@@ -31,12 +31,17 @@ def read_timings(directory: Path | None = None) -> dict[str, dict]:
             for p in sorted(folder.glob("*.timing.json"))}
 
 
+def recurring_seconds(timing: dict) -> float:
+    """A chapter's time less its one-time work (``one_time_seconds``), its replicas included:
+    what a run of it costs once the machine has its caches."""
+    return timing["seconds"] - timing.get("one_time_seconds", 0.0)
+
+
 def budgeted_seconds(timing: dict) -> float:
     """A chapter's own run: its time less its one-time work (a training or conversion whose result
     is cached for later builds, ``one_time_seconds``) and less its replicas' runs (``replica_seconds``,
     each budgeted on its own): what its budget is about."""
-    replicas = sum(timing.get("replica_seconds", {}).values())
-    return timing["seconds"] - timing.get("one_time_seconds", 0.0) - replicas
+    return recurring_seconds(timing) - sum(timing.get("replica_seconds", {}).values())
 
 
 def budgeted_runs(chapter: str, timing: dict) -> dict[str, float]:
@@ -70,7 +75,7 @@ def floor_rows(timings: dict[str, dict]) -> list[dict]:
     for chapter, t in timings.items():
         if "forward_seconds" not in t:
             continue                      # recorded before forward passes were timed
-        run = max(t["seconds"] - t.get("one_time_seconds", 0.0), 0.0)
+        run = max(recurring_seconds(t), 0.0)
         forward = float(t["forward_seconds"])
         rows.append({"chapter": chapter, "seconds": run, "forward_seconds": forward,
                      "ratio": run / forward if forward > 0 else None})
@@ -88,7 +93,7 @@ def floor_html(timings: dict[str, dict]) -> str:
     rows = floor_rows(timings)
     if not rows:
         return "<p>No chapter of this build has recorded its forward passes yet.</p>"
-    models = {t.get("model") for c, t in timings.items() if "forward_seconds" in t}
+    models = {t.get("model") for t in timings.values() if "forward_seconds" in t}
 
     def ratio(value):
         return f"{value:.1f}" if value is not None else "no forward pass"
