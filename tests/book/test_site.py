@@ -1181,6 +1181,105 @@ def test_screenshots_of_the_verdicts_page_at_three_widths(verdicts_fit):
         assert shot.exists() and shot.stat().st_size > 10_000, f"{shot} is missing or looks empty"
 
 
+# --- the interactive figures, drawn offline --------------------------------------------------
+
+#: the chapters whose dense data come with an interactive figure, and its name
+EXPLORERS = {"vanishing": "vanishing-heads", "alternatives": "alternatives-yardsticks"}
+
+# Wait for the figure to be drawn; then what it shows: the menu's entries, the traces drawn, and a
+# hover label on the first trace of a group's entry (Plotly.Fx.hover, as a pointer would).
+EXPLORER_JS = r"""
+async (name) => {
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  const t0 = performance.now();
+  const box = document.getElementById('nl-ix-' + name);
+  if (!box) return {found: false};
+  const plot = () => box.querySelector('.js-plotly-plot');
+  while (!(plot() && plot().querySelector('.main-svg')) && performance.now() - t0 < 20000) await sleep(100);
+  const gd = plot();
+  if (!gd) return {found: true, drawn: false, plotly: !!window.Plotly,
+                   missing: !box.querySelector('.normlimits-interactive-missing').hidden};
+  const drawnTraces = () => gd.querySelectorAll('.scatterlayer .trace').length;
+  const menu = gd.layout.updatemenus[0];
+  const scripts = [...document.querySelectorAll('script[src*="plotly"]')].map(s => s.getAttribute('src'));
+  return {found: true, drawn: true, scripts, width: gd.getBoundingClientRect().width,
+          column: box.parentElement.getBoundingClientRect().width,
+          buttons: menu.buttons.map(b => b.label), traces: gd.data.length, drawnAll: drawnTraces()};
+}
+"""
+
+PICK_JS = r"""
+async ([name, index]) => {
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  const gd = document.getElementById('nl-ix-' + name).querySelector('.js-plotly-plot');
+  const visible = gd.layout.updatemenus[0].buttons[index].args[0].visible;
+  const shared = i => gd.layout.updatemenus[0].buttons.every(b => b.args[0].visible[i]);
+  const first = visible.findIndex((v, i) => v && !shared(i));    // a line of the picked group itself
+  Plotly.Fx.hover(gd, [{curveNumber: first, pointNumber: 0}], (gd.data[first].xaxis || 'x') + (gd.data[first].yaxis || 'y'));
+  await sleep(300);
+  const hover = [...gd.querySelectorAll('.hoverlayer text')].map(t => t.textContent).join(' ');
+  return {drawn: gd.querySelectorAll('.scatterlayer .trace').length, expected: visible.filter(Boolean).length,
+          name: gd.data[first].name, hover};
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def explorers(chromium, build_dir):
+    """Each interactive figure in Chromium at 1280 px, network blocked: what it draws, then the
+    menu's second entry picked (through the menu itself) and a line hovered."""
+    from playwright.sync_api import sync_playwright
+
+    html = build_dir / "html"
+    found: dict[str, dict] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+        context = browser.new_context(viewport=VIEWPORT)
+        external: list[str] = []
+        context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://")
+                      else (external.append(route.request.url), route.abort()))
+        for chapter, name in EXPLORERS.items():
+            rel = next((r for r in site_pages(html) if Path(r).stem == chapter), None)
+            if rel is None:
+                found[chapter] = {"found": False}
+                continue
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc, errors=errors: errors.append(str(exc)))
+            page.goto((html / rel).as_uri(), wait_until="load", timeout=60_000)
+            facts = page.evaluate(EXPLORER_JS, name)
+            if facts.get("drawn"):
+                box = page.locator(f"#nl-ix-{name} .updatemenu-header-group").first
+                box.scroll_into_view_if_needed()
+                box.click()
+                page.locator(f"#nl-ix-{name} .updatemenu-dropdown-button").nth(1).click()
+                page.wait_for_timeout(500)
+                facts["picked"] = page.evaluate(PICK_JS, [name, 1])
+                page.locator(f"#nl-ix-{name}").screenshot(path=str(build_dir / "screenshots" / f"{name}-picked.png"))
+            facts["errors"] = errors
+            found[chapter] = facts
+            page.close()
+        browser.close()
+    return {"found": found, "external": external}
+
+
+def test_dense_figures_can_be_explored_offline_pick_a_group_and_hover_for_values(explorers):
+    """The per-head figure and the normalisers' figure are drawn in the page by the site's own
+    plotly.js (no network); picking the menu's first group draws exactly that group's lines (and the
+    shared reference lines), and hovering one names it."""
+    assert not explorers["external"], f"an interactive figure reached the network: {explorers['external'][:3]}"
+    for chapter, facts in explorers["found"].items():
+        assert facts.get("found"), f"{chapter}: no interactive figure {EXPLORERS[chapter]!r} on the page"
+        assert facts.get("drawn"), f"{chapter}: the interactive figure was not drawn ({facts})"
+        assert facts["scripts"] and all(not s.startswith(("http:", "https:", "//")) for s in facts["scripts"]), facts["scripts"]
+        assert not facts["errors"], f"{chapter}: script errors {facts['errors'][:3]}"
+        assert facts["width"] <= facts["column"] + 1, f"{chapter}: the figure is wider than its column"
+        assert len(facts["buttons"]) >= 3 and facts["drawnAll"] == facts["traces"], facts
+        picked = facts["picked"]
+        assert picked["drawn"] == picked["expected"] < facts["traces"], (chapter, picked)
+        assert picked["name"] in picked["hover"], f"{chapter}: hovering {picked['name']} showed {picked['hover']!r}"
+
+
 # --- numbers in the prose ---------------------------------------------------------------------
 
 GLUE_ROLE = re.compile(r"\{glue:text\}`([^`]+)`")

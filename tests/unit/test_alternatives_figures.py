@@ -64,3 +64,32 @@ def test_the_yardstick_figure_draws_softmax_black_thickest_and_labelled():
     assert len(legend) == 1
     assert not figure_problems(fig)
     plt.close(fig)
+
+
+def test_the_yardstick_explorer_draws_the_figures_curves_and_picks_one_normaliser_beside_softmax():
+    import plotly.graph_objects as go
+
+    from normlimits.experiments.alternatives_figures import yardstick_explorer
+
+    labels = {k: k.upper() for k in KEYS}
+    results = _results()
+    fig = yardstick_explorer(results, KEYS, labels, DASHED)
+    go.Figure(fig.figure)                                            # plotly's own schema validation
+    traces = fig.figure["data"]
+    # every normaliser: its five curves, the values of the static figure's
+    for key in KEYS:
+        mine = [t for t in traces if t["name"] == labels[key]]
+        assert [t["xaxis"] for t in mine] == ["x", "x2", "x3", "x4", "x5"]
+        assert mine[0]["y"] == pytest.approx(results.curve(key, "max_weight").tolist())
+        d = results.curve(key, "distance").numpy()
+        assert mine[1]["y"] == pytest.approx((d / d[0]).tolist())
+        assert mine[3]["x"] == [0.1, 1.0, 10.0] and mine[3]["y"] == pytest.approx(results.curve(key, "jacobian").tolist())
+        assert all(labels[key] in t["hovertemplate"] for t in mine)
+        assert [t["showlegend"] for t in mine] == [True, False, False, False, False]
+        assert all((t["line"]["dash"] == "dash") == (key in DASHED) for t in mine)
+    assert all(t["line"]["color"] == "#000000" for t in traces if t["name"] == labels[REFERENCE])
+    menu = fig.figure["layout"]["updatemenus"][0]
+    assert [b["label"] for b in menu["buttons"]] == ["all normalisers"] + [labels[k] for k in KEYS[1:]]
+    pick = next(b for b in menu["buttons"] if b["label"] == "ALT4")
+    shown = {t["name"] for t, v in zip(traces, pick["args"][0]["visible"]) if v}
+    assert shown == {"ALT4", labels[REFERENCE], "1/L", "1/(2T)", "1/T", f"{labels[REFERENCE]}, finer T"}

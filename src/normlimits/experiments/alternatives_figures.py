@@ -149,3 +149,108 @@ def removal_figure(removal, critical: dict, tau: float):
                 ylabel="relative change of the layer output", title="(c) attention output")
     fig.tight_layout()
     return fig
+
+
+#: matplotlib markers -> Plotly marker symbols (for the interactive twin of a figure)
+_PLOTLY_SYMBOLS = {"o": "circle", "s": "square", "^": "triangle-up", "D": "diamond", "v": "triangle-down",
+                   "P": "cross", "X": "x"}
+#: the interactive yardstick figure's panels: (letter, x axis title, y axis title, log x, log y),
+#: placed two to a row, as in :func:`yardstick_figure`
+_PANELS = (("a", "L (keys visible)", "largest weight", True, True),
+           ("b", "N (top-N selected)", "d̃ₙ / d̃₁", True, False),
+           ("c", "N (top-N selected)", "Nₛ / N", True, False),
+           ("d", "T", "mean ‖∂α/∂ℓ‖₂", True, True),
+           ("e", "mean largest weight (selectivity)", "mean ‖∂α/∂ℓ‖₂", False, True))
+_PANEL_TITLES = {"a": "(a) vanishing", "b": "(b) distance", "c": "(c) geometric separability",
+                 "d": "(d) gradient sensitivity", "e": "(e) gradient at equal selectivity"}
+
+
+def _plain_list(values) -> list:
+    """Floats (tensor or array) as a list, non-finite values as None (a gap in a Plotly line)."""
+    array = np.asarray(values.numpy() if hasattr(values, "numpy") else values, dtype=float)
+    return [float(v) if np.isfinite(v) else None for v in array]
+
+
+def yardstick_explorer(results, keys: Sequence[str], labels: dict, dashed: Sequence[str] = (),
+                       *, name: str = "alternatives-yardsticks"):
+    """The interactive twin of :func:`yardstick_figure` (an
+    :class:`~normlimits.core.interactive.InteractiveFigure`): the same five panels and curves, in the
+    same colours and markers; a menu picks one normaliser, shown beside softmax (and the reference
+    lines), or all; hovering a point names the normaliser and gives its value; clicking a legend
+    entry hides or shows that normaliser in every panel."""
+    from normlimits.core.interactive import InteractiveFigure, group_picker
+
+    cfg = results.config
+    style = normaliser_styles(keys, dashed)
+    lengths = [int(n) for n in cfg.lengths]
+    n_grid = [int(n) for n in cfg.n_grid]
+    temps = [float(t) for t in cfg.temperatures]
+    traces, groups = [], []
+
+    def add(panel: int, key: str | None, x, y, *, label: str, hover_x: str, hover_y: str, line: dict,
+            marker: dict | None = None, legend: bool = False):
+        axis = "" if panel == 1 else str(panel)
+        trace = {"type": "scatter", "mode": "lines+markers" if marker else "lines", "x": _plain_list(x),
+                 "y": _plain_list(y), "xaxis": f"x{axis}", "yaxis": f"y{axis}", "name": label,
+                 "legendgroup": label, "showlegend": legend, "line": line,
+                 "hovertemplate": f"<b>{label}</b><br>{hover_x} = %{{x:.4~g}}<br>{hover_y} = %{{y:.4~g}}<extra></extra>"}
+        if marker:
+            trace["marker"] = marker
+        traces.append(trace)
+        groups.append(None if key is None or key == REFERENCE else labels[key])
+
+    for key in keys:
+        kw = style[key]
+        colour = "#000000" if kw["color"] == "k" else kw["color"]
+        line = {"color": colour, "width": kw["lw"] * 1.2, "dash": "dash" if kw["ls"] == "--" else "solid"}
+        marker = {"symbol": _PLOTLY_SYMBOLS[kw["marker"]], "size": 6, "color": colour}
+        label = labels[key]
+        add(1, key, lengths, results.curve(key, "max_weight"), label=label, hover_x="L",
+            hover_y="largest weight", line=line, marker=marker, legend=True)
+        d = results.curve(key, "distance").numpy()
+        add(2, key, n_grid, d / d[0], label=label, hover_x="N", hover_y="d̃ₙ / d̃₁", line=line, marker=marker)
+        add(3, key, n_grid, results.curve(key, "separability"), label=label, hover_x="N", hover_y="Nₛ / N",
+            line=line, marker=marker)
+        if "jacobian" in results.stats[key]:
+            add(4, key, temps, results.curve(key, "jacobian"), label=label, hover_x="T", hover_y="mean ‖J‖₂",
+                line=line, marker=marker)
+            add(5, key, results.curve(key, "jacobian_selectivity"), results.curve(key, "jacobian"), label=label,
+                hover_x="selectivity", hover_y="mean ‖J‖₂", line=line, marker=marker)
+    reference = {"color": "#000000", "width": 1}
+    add(1, None, lengths, [1 / n for n in lengths], label="1/L", hover_x="L", hover_y="1/L",
+        line={**reference, "dash": "dot"}, legend=True)
+    add(4, None, temps, [1 / (2 * t) for t in temps], label="1/(2T)", hover_x="T", hover_y="1/(2T)",
+        line={**reference, "dash": "dash"}, legend=True)
+    add(4, None, temps, [1 / t for t in temps], label="1/T", hover_x="T", hover_y="1/T",
+        line={**reference, "dash": "dot"}, legend=True)
+    if "reference_jacobian" in results.stats.get(REFERENCE, {}):
+        add(5, None, results.curve(REFERENCE, "reference_selectivity"),
+            results.curve(REFERENCE, "reference_jacobian"), label=f"{labels[REFERENCE]}, finer T",
+            hover_x="selectivity", hover_y="mean ‖J‖₂", line=reference, legend=True)
+
+    columns = ((0.0, 0.44), (0.56, 1.0))
+    rows = ((0.78, 1.0), (0.43, 0.65), (0.08, 0.30))          # room for each x title under its panel
+    layout = {"hovermode": "closest", "margin": {"l": 60, "r": 10, "t": 60, "b": 40},
+              "legend": {"x": 0.56, "xanchor": "left", "y": 0.32, "yanchor": "top", "title": {"text": "normaliser"},
+                         "font": {"size": 11}},
+              "template": {"layout": {"font": {"family": "sans-serif", "size": 12}}}, "annotations": []}
+    for i, (letter, xtitle, ytitle, logx, logy) in enumerate(_PANELS):
+        axis = "" if i == 0 else str(i + 1)
+        column, row = columns[i % 2], rows[i // 2]
+        layout[f"xaxis{axis}"] = {"domain": list(column), "anchor": f"y{axis}", "title": {"text": xtitle},
+                                  "type": "log" if logx else "linear"}
+        layout[f"yaxis{axis}"] = {"domain": list(row), "anchor": f"x{axis}", "title": {"text": ytitle},
+                                  "type": "log" if logy else "linear"}
+        layout["annotations"].append({"text": _PANEL_TITLES[letter], "showarrow": False, "x": sum(column) / 2,
+                                      "xref": "paper", "xanchor": "center", "y": row[1], "yref": "paper",
+                                      "yanchor": "bottom", "font": {"size": 13}})
+    layout["xaxis"].update(tickvals=lengths, ticktext=[str(n) for n in lengths])
+    for axis in ("xaxis2", "xaxis3"):
+        layout[axis].update(tickvals=n_grid[::2], ticktext=[str(n) for n in n_grid[::2]])
+    layout["yaxis3"]["range"] = [0, 1.05]
+    order = [labels[k] for k in keys if k != REFERENCE]
+    layout["updatemenus"] = [group_picker(groups, order, all_label="all normalisers", label="normaliser")]
+    layout["updatemenus"][0].update(y=1.06)
+    summary = (f"Interactive: the four yardsticks for {labels[REFERENCE]} and {len(order)} other normalisers; "
+               f"pick one normaliser in the menu to see it beside {labels[REFERENCE]}, hover a point for its value.")
+    return InteractiveFigure(name=name, figure={"data": traces, "layout": layout}, summary=summary, height=1100)

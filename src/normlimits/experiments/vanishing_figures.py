@@ -77,3 +77,80 @@ def per_head_figure(lengths: Sequence[int], max_weight, entropy_ratio, layers, n
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=layer_cmap()), ax=(ax1, ax2), label="layer", shrink=0.6)
     bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     return fig
+
+
+def _hex(rgba) -> str:
+    """``#rrggbb`` of a matplotlib RGBA colour."""
+    return "#" + "".join(f"{round(float(c) * 255):02x}" for c in rgba[:3])
+
+
+def _finite_or_none(values) -> list:
+    """A list of floats with every non-finite value as None (a gap in a Plotly line)."""
+    return [float(v) if np.isfinite(v) else None for v in np.asarray(values, dtype=float)]
+
+
+def per_head_explorer(lengths: Sequence[int], max_weight, entropy_ratio, layers, labels, non_vanishing,
+                      *, name: str = "vanishing-heads"):
+    """The interactive twin of :func:`per_head_figure` (:class:`~normlimits.core.interactive.InteractiveFigure`):
+    the same two panels, each head a line coloured by its layer; a menu picks one layer (its heads
+    alone, with the median head and ``1/L`` kept in view) or all; hovering a line names the head
+    (``labels``, e.g. ``L3H7``) and gives L, its largest weight and relative entropy there, and
+    whether it is non-vanishing.
+
+    ``lengths`` [G]; ``max_weight``, ``entropy_ratio`` [heads, G]; ``layers`` [heads] 0-based;
+    ``labels`` [heads] str; ``non_vanishing`` [heads] bool.
+    """
+    from normlimits.core.interactive import InteractiveFigure, group_picker
+
+    max_weight = np.asarray(max_weight, dtype=float)
+    entropy_ratio = np.asarray(entropy_ratio, dtype=float)
+    layers = np.asarray(layers, dtype=int)
+    keep = np.asarray(non_vanishing, dtype=bool)
+    labels = [str(s) for s in labels]
+    heads = keep.size
+    if (max_weight.shape != (heads, len(lengths)) or entropy_ratio.shape != max_weight.shape
+            or layers.shape != (heads,) or len(labels) != heads):
+        raise ValueError(f"expected max_weight and entropy_ratio [heads, {len(lengths)}], one layer, label and "
+                         f"flag per head; got {max_weight.shape}, {entropy_ratio.shape}, {layers.shape}, "
+                         f"{len(labels)} labels, {keep.shape}")
+    colours, _ = layer_colours(layers)
+    x = [int(n) for n in lengths]
+    traces, groups = [], []
+    for panel, values, yaxis in ((1, max_weight, "y"), (2, entropy_ratio, "y2")):
+        quantity = "largest weight" if panel == 1 else "entropy / log L"
+        for i in np.argsort(keep, kind="stable"):
+            kind = "non-vanishing" if keep[i] else "vanishing"
+            traces.append({
+                "type": "scatter", "mode": "lines", "x": x, "y": _finite_or_none(values[i]),
+                "xaxis": "x" if panel == 1 else "x2", "yaxis": yaxis, "name": labels[i], "showlegend": False,
+                "line": {"color": _hex(colours[i]), "width": 1.6 if keep[i] else 0.8},
+                "opacity": 1.0 if keep[i] else 0.45,
+                "hovertemplate": f"<b>{labels[i]}</b> (layer {layers[i]}, {kind})<br>L = %{{x}}<br>"
+                                 f"{quantity} = %{{y:.4~g}}<extra></extra>"})
+            groups.append(f"layer {layers[i]}")
+        traces.append({"type": "scatter", "mode": "lines", "x": x, "y": _finite_or_none(np.median(values, 0)),
+                       "xaxis": "x" if panel == 1 else "x2", "yaxis": yaxis, "name": "median head",
+                       "showlegend": panel == 1, "legendgroup": "median", "line": {"color": "black", "width": 3},
+                       "hovertemplate": f"median head<br>L = %{{x}}<br>{quantity} = %{{y:.4~g}}<extra></extra>"})
+        groups.append(None)
+    traces.append({"type": "scatter", "mode": "lines", "x": x, "y": [1.0 / n for n in x], "xaxis": "x",
+                   "yaxis": "y", "name": "1/L (uniform)", "line": {"color": "black", "dash": "dash", "width": 1.4},
+                   "hovertemplate": "uniform 1/L<br>L = %{x}<br>%{y:.4~g}<extra></extra>"})
+    groups.append(None)
+    order = [f"layer {layer}" for layer in sorted(set(layers.tolist()))]
+    pad = 0.04 * max(np.log10(x[-1] / x[0]), 1e-9)      # the end ticks' labels inside the plot
+    axis = {"type": "log", "tickvals": x, "ticktext": [str(n) for n in x], "title": {"text": "L (keys visible)"},
+            "range": [float(np.log10(x[0]) - pad), float(np.log10(x[-1]) + pad)]}
+    layout = {
+        "xaxis": {**axis, "domain": [0, 1], "anchor": "y"},
+        "yaxis": {"type": "log", "title": {"text": "largest weight"}, "domain": [0.56, 1.0], "anchor": "x"},
+        "xaxis2": {**axis, "domain": [0, 1], "anchor": "y2"},
+        "yaxis2": {"title": {"text": "entropy / log L"}, "domain": [0.0, 0.40], "anchor": "x2"},
+        "updatemenus": [group_picker(groups, order, all_label="all layers", label="layer")],
+        "legend": {"orientation": "h", "x": 1.0, "xanchor": "right", "y": 1.12, "yanchor": "bottom"},
+        "hovermode": "closest", "margin": {"l": 60, "r": 10, "t": 50, "b": 50},
+        "template": {"layout": {"font": {"family": "sans-serif", "size": 12}}},
+    }
+    summary = (f"Interactive: the largest weight and relative entropy against L of each of the {heads} heads; "
+               f"pick a layer in the menu, hover a line for the head and its values.")
+    return InteractiveFigure(name=name, figure={"data": traces, "layout": layout}, summary=summary, height=640)
