@@ -74,7 +74,11 @@ class InteractiveFigure:
                                          f"figure={{'data': [...], 'layout': {{...}}}}")
         if not self.summary.strip():
             raise InteractiveFigureError(f"interactive figure {self.name!r} needs a summary sentence")
-        json.dumps(self.figure, allow_nan=False)        # only JSON types, no NaN: fails here, not on the page
+        try:                                            # only JSON types, no NaN: fails here, not on the page
+            json.dumps(self.figure, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InteractiveFigureError(f"interactive figure {self.name!r} is not plain JSON ({exc}): pass "
+                                         f"lists of finite floats (None for a gap), not arrays or NaN") from exc
 
     @property
     def box_id(self) -> str:
