@@ -147,7 +147,7 @@ def per_head_explorer(lengths: Sequence[int], max_weight, entropy_ratio, layers,
         "xaxis2": {**axis, "domain": [0, 1], "anchor": "y2"},
         "yaxis2": {"title": {"text": "entropy / log L"}, "domain": [0.0, 0.40], "anchor": "x2"},
         "updatemenus": [group_picker(groups, order, all_label="all layers", label="layer")],
-        "legend": {"orientation": "h", "x": 1.0, "xanchor": "right", "y": 1.12, "yanchor": "bottom"},
+        "legend": {"orientation": "h", "x": 0.25, "xanchor": "left", "y": 1.12, "yanchor": "bottom"},
         "hovermode": "closest", "margin": {"l": 60, "r": 10, "t": 50, "b": 50},
         "template": {"layout": {"font": {"family": "sans-serif", "size": 12}}},
     }
