@@ -115,6 +115,15 @@ class InteractiveFigure:
         return {"text/html": self.to_html(), PLOTLY_MIME: self.figure, "text/plain": self.summary}
 
 
+def plain_floats(values) -> list:
+    """Floats (a list, array or tensor [n]) as a plain list for a figure's JSON, every non-finite
+    value as None (a gap in a Plotly line)."""
+    import numpy as np
+
+    array = np.asarray(values.numpy() if hasattr(values, "numpy") else values, dtype=float).reshape(-1)
+    return [float(v) if np.isfinite(v) else None for v in array]
+
+
 def plotly_script() -> Path:
     """``plotly.min.js`` as shipped by the installed plotly wheel; a clear error when it is missing."""
     try:

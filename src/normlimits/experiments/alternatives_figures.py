@@ -165,12 +165,6 @@ _PANEL_TITLES = {"a": "(a) vanishing", "b": "(b) distance", "c": "(c) geometric 
                  "d": "(d) gradient sensitivity", "e": "(e) gradient at equal selectivity"}
 
 
-def _plain_list(values) -> list:
-    """Floats (tensor or array) as a list, non-finite values as None (a gap in a Plotly line)."""
-    array = np.asarray(values.numpy() if hasattr(values, "numpy") else values, dtype=float)
-    return [float(v) if np.isfinite(v) else None for v in array]
-
-
 def yardstick_explorer(results, keys: Sequence[str], labels: dict, dashed: Sequence[str] = (),
                        *, name: str = "alternatives-yardsticks"):
     """The interactive twin of :func:`yardstick_figure` (an
@@ -178,7 +172,7 @@ def yardstick_explorer(results, keys: Sequence[str], labels: dict, dashed: Seque
     same colours and markers; a menu picks one normaliser, shown beside softmax (and the reference
     lines), or all; hovering a point names the normaliser and gives its value; clicking a legend
     entry hides or shows that normaliser in every panel."""
-    from normlimits.core.interactive import InteractiveFigure, group_picker
+    from normlimits.core.interactive import InteractiveFigure, group_picker, plain_floats
 
     cfg = results.config
     style = normaliser_styles(keys, dashed)
@@ -190,8 +184,8 @@ def yardstick_explorer(results, keys: Sequence[str], labels: dict, dashed: Seque
     def add(panel: int, key: str | None, x, y, *, label: str, hover_x: str, hover_y: str, line: dict,
             marker: dict | None = None, legend: bool = False):
         axis = "" if panel == 1 else str(panel)
-        trace = {"type": "scatter", "mode": "lines+markers" if marker else "lines", "x": _plain_list(x),
-                 "y": _plain_list(y), "xaxis": f"x{axis}", "yaxis": f"y{axis}", "name": label,
+        trace = {"type": "scatter", "mode": "lines+markers" if marker else "lines", "x": plain_floats(x),
+                 "y": plain_floats(y), "xaxis": f"x{axis}", "yaxis": f"y{axis}", "name": label,
                  "legendgroup": label, "showlegend": legend, "line": line,
                  "hovertemplate": f"<b>{label}</b><br>{hover_x} = %{{x:.4~g}}<br>{hover_y} = %{{y:.4~g}}<extra></extra>"}
         if marker:

@@ -79,16 +79,6 @@ def per_head_figure(lengths: Sequence[int], max_weight, entropy_ratio, layers, n
     return fig
 
 
-def _hex(rgba) -> str:
-    """``#rrggbb`` of a matplotlib RGBA colour."""
-    return "#" + "".join(f"{round(float(c) * 255):02x}" for c in rgba[:3])
-
-
-def _finite_or_none(values) -> list:
-    """A list of floats with every non-finite value as None (a gap in a Plotly line)."""
-    return [float(v) if np.isfinite(v) else None for v in np.asarray(values, dtype=float)]
-
-
 def per_head_explorer(lengths: Sequence[int], max_weight, entropy_ratio, layers, labels, non_vanishing,
                       *, name: str = "vanishing-heads"):
     """The interactive twin of :func:`per_head_figure` (:class:`~normlimits.core.interactive.InteractiveFigure`):
@@ -100,7 +90,9 @@ def per_head_explorer(lengths: Sequence[int], max_weight, entropy_ratio, layers,
     ``lengths`` [G]; ``max_weight``, ``entropy_ratio`` [heads, G]; ``layers`` [heads] 0-based;
     ``labels`` [heads] str; ``non_vanishing`` [heads] bool.
     """
-    from normlimits.core.interactive import InteractiveFigure, group_picker
+    from matplotlib.colors import to_hex
+
+    from normlimits.core.interactive import InteractiveFigure, group_picker, plain_floats
 
     max_weight = np.asarray(max_weight, dtype=float)
     entropy_ratio = np.asarray(entropy_ratio, dtype=float)
@@ -121,14 +113,14 @@ def per_head_explorer(lengths: Sequence[int], max_weight, entropy_ratio, layers,
         for i in np.argsort(keep, kind="stable"):
             kind = "non-vanishing" if keep[i] else "vanishing"
             traces.append({
-                "type": "scatter", "mode": "lines", "x": x, "y": _finite_or_none(values[i]),
+                "type": "scatter", "mode": "lines", "x": x, "y": plain_floats(values[i]),
                 "xaxis": "x" if panel == 1 else "x2", "yaxis": yaxis, "name": labels[i], "showlegend": False,
-                "line": {"color": _hex(colours[i]), "width": 1.6 if keep[i] else 0.8},
+                "line": {"color": to_hex(colours[i], keep_alpha=False), "width": 1.6 if keep[i] else 0.8},
                 "opacity": 1.0 if keep[i] else 0.45,
                 "hovertemplate": f"<b>{labels[i]}</b> (layer {layers[i]}, {kind})<br>L = %{{x}}<br>"
                                  f"{quantity} = %{{y:.4~g}}<extra></extra>"})
             groups.append(f"layer {layers[i]}")
-        traces.append({"type": "scatter", "mode": "lines", "x": x, "y": _finite_or_none(np.median(values, 0)),
+        traces.append({"type": "scatter", "mode": "lines", "x": x, "y": plain_floats(np.median(values, 0)),
                        "xaxis": "x" if panel == 1 else "x2", "yaxis": yaxis, "name": "median head",
                        "showlegend": panel == 1, "legendgroup": "median", "line": {"color": "black", "width": 3},
                        "hovertemplate": f"median head<br>L = %{{x}}<br>{quantity} = %{{y:.4~g}}<extra></extra>"})
