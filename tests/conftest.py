@@ -44,6 +44,50 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: TIERS.index(tier_of(item.path) or "unit"))
 
 
+#: the record of the inputs the book's executed chapters were computed from (``make book``'s first
+#: step writes it; :mod:`normlimits.book.execution_cache`)
+INPUTS_RECORD = ROOT / "_build" / "normlimits-inputs.json"
+
+
+def _inputs_record() -> str | None:
+    try:
+        return INPUTS_RECORD.read_text()
+    except OSError:
+        return None
+
+
+#: one entry per strict build this session (the fixture ``built_book``), whose ``make book`` writes
+#: the record legitimately
+BOOK_BUILDS: list[float] = []
+
+
+def _keeps_the_inputs_record(who: str):
+    before, builds = _inputs_record(), len(BOOK_BUILDS)
+    yield
+    after = _inputs_record()
+    if before is not None and after != before and len(BOOK_BUILDS) == builds:
+        pytest.fail(f"{who} {'removed' if after is None else 'changed'} {INPUTS_RECORD}: the next make "
+                    "book would execute every chapter again", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def the_book_executes_once(request):
+    """No test may remove or change the build's record of the chapters' inputs: without it, or
+    with other inputs in it, the next ``make book`` (``make pdf``, the next ``make test``) drops
+    every executed chapter and executes the whole book again (issue 51: after a full ``make test``
+    the record was gone, so a second run was not warm). The test that does it errors here, named.
+    The strict build (the session fixture ``built_book``) is set up before this reads the record,
+    so its own ``make book`` is not counted."""
+    yield from _keeps_the_inputs_record(f"the test {request.node.nodeid}")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def the_book_executes_once_per_module(request):
+    """The same for a test module's own fixtures (``make pdf`` runs in one), which are set up
+    before a test's and so escape :func:`the_book_executes_once`."""
+    yield from _keeps_the_inputs_record(f"a fixture of {request.node.nodeid}")
+
+
 def make_tiny_gpt2(n_layer=2, n_head=4, n_embd=32, n_positions=64, vocab=300, seed=0):
     """A tiny randomly initialised GPT-2 (eager attention), for fast structural tests."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -132,6 +176,7 @@ def built_book():
         pytest.fail(f"strict book build failed (exit {result.returncode}); full log in {log}:\n"
                     + (result.stdout + result.stderr)[-6000:], pytrace=False)
     print(f"book built in {time.perf_counter() - start:.0f} s")
+    BOOK_BUILDS.append(time.perf_counter() - start)
     return ROOT / "_build"
 
 

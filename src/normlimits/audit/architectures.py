@@ -45,11 +45,14 @@ OFFLINE_MODELS = ("standin", "standin-rope", "smollm2-135m", "gemma3-270m")
 #: grows with its heads and layers: 270 heads of 64 dimensions for SmolLM2-135M, 72 of 256 for
 #: Gemma 3 270M, 16 for the stand-ins)
 SURVEY_WINDOWS = {"smollm2-135m": 1, "gemma3-270m": 1}
-#: query rows per window of the separability yardstick where not every position (the default):
-#: Theorem 2's bounds cost grows with the head size, and on Gemma 3 270M's 256 dimensions every
-#: position of one window ran past the chapter's 1,500 s cell timeout (2026-12-05, 2 shared cores);
-#: 128 evenly spaced rows are `normlimits audit`'s default
-SURVEY_ROWS = {"gemma3-270m": 128}
+#: query rows per window of the separability yardstick where not every position (the default): a
+#: quarter of each real model's window, evenly spaced. Theorem 2's bounds cost grows with the rows
+#: and the head size: on Gemma 3 270M's 256 dimensions every position of one window ran past the
+#: chapter's 1,500 s cell timeout (2026-12-05, 2 shared cores). On SmolLM2-135M (one window of
+#: 1024, 2026-12-06) every position gave F3 "partial" at a plateau of 0.416, 256 rows "partial" at
+#: 0.412 and 128 rows "partial" at 0.422 (the same knee, N = 48), and every position took 8.5
+#: times as long as 256 rows: it was most of the chapter's time, in four surveys (three more texts)
+SURVEY_ROWS = {"smollm2-135m": 256, "gemma3-270m": 128}
 ONLINE_MODELS = ("gpt2", "gpt2-medium", "EleutherAI/pythia-160m", "HuggingFaceTB/SmolLM2-135M")
 #: the claims each yardstick grades (the audit's rows), in the paper's order
 YARDSTICK_CLAIMS = {"vanishing": ("NU", "C1"), "critical_n": ("F2c", "F2a"),
