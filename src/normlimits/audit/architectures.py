@@ -50,8 +50,9 @@ SURVEY_WINDOWS = {"smollm2-135m": 1, "gemma3-270m": 1}
 #: and the head size: on Gemma 3 270M's 256 dimensions every position of one window ran past the
 #: chapter's 1,500 s cell timeout (2026-12-05, 2 shared cores). On SmolLM2-135M (one window of
 #: 1024, 2026-12-06) every position gave F3 "partial" at a plateau of 0.416, 256 rows "partial" at
-#: 0.412 and 128 rows "partial" at 0.422 (the same knee, N = 48), and every position took 8.5
-#: times as long as 256 rows: it was most of the chapter's time, in four surveys (three more texts)
+#: 0.412 and 128 rows "partial" at 0.422 (the same knee, N = 48). The yardstick alone took about
+#: 8 times as long on every position as on 256 rows, but it is not most of a survey's time: the
+#: idle survey of SmolLM2 took 82 s with 256 rows against 97 s with every position (2026-12-06)
 SURVEY_ROWS = {"smollm2-135m": 256, "gemma3-270m": 128}
 ONLINE_MODELS = ("gpt2", "gpt2-medium", "EleutherAI/pythia-160m", "HuggingFaceTB/SmolLM2-135M")
 #: the claims each yardstick grades (the audit's rows), in the paper's order
