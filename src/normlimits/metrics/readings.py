@@ -119,7 +119,11 @@ def _stats(form: str, samples: int, expectations: Sequence[str]) -> list[str]:
     return ["true"] + (["mc", "mc_var"] if samples >= 1 else []) + extra
 
 
-DEFAULT_CHUNK_ELEMENTS = 1 << 22
+#: the largest temporary of :func:`row_statistics`, in elements (16M: 128 MB in float64). Its
+#: Monte Carlo is bound by per-call overhead on small chunks: on SmolLM2-135M's survey window the
+#: critical-N study took 37-45 s at 4M elements and 21-24 s at 16M (2 idle cores; 64M: 30 s). The
+#: draws follow the chunks, so the same seed gives the same numbers only at the same value.
+DEFAULT_CHUNK_ELEMENTS = 1 << 24
 #: the Monte Carlo estimate of E is stratified on which of each row's this many largest weights
 #: the subset holds (2^k strata, each with its exact chance; :func:`row_statistics`)
 MC_STRATA = 4
@@ -165,7 +169,8 @@ def row_statistics(weights: Tensor, vectors: Tensor, n_grid, *, lengths=None,
             this many of them without replacement (unbiased); None: sum over every key.
         expectations: which closed forms to compute (``main``, ``rms``, ``upper``; empty for
             none), for every form, or a mapping form -> closed forms (forms not named get none).
-        generator: for the Monte Carlo draws.
+        generator: for the Monte Carlo draws (drawn chunk by chunk: the numbers depend on
+            ``chunk_elements`` too).
         chunk_elements: the largest temporary, in elements.
         strata: how many of each row's largest weights the estimate stratifies on (2^strata
             strata per replicate; 0: plain uniform subsets).
