@@ -114,7 +114,8 @@ def test_the_whole_book_builds_strictly_on_a_tiny_gemma3_with_a_tiny_llama_repli
            "NORMLIMITS_REPLICAS": str(llama), "NORMLIMITS_LEDGER_DIR": str(tmp_path / "ledger"),
            "NORMLIMITS_ARCHITECTURES": f"{gemma},{llama}",
            # the book's own capture cache: its entries are keyed by each model's weights, so the
-           # tiny models' entries are their own and the surveyed real models' passes are reused
+           # tiny models' entries never mix with the main build's, and each of their windows is
+           # captured once for every chapter (no real model or stand-in is captured here)
            "NORMLIMITS_CAPTURE_CACHE": str(ROOT / "_build" / "captures"), "HF_HUB_OFFLINE": "1"}
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     start = time.perf_counter()

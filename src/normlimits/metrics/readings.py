@@ -122,7 +122,7 @@ def _stats(form: str, samples: int, expectations: Sequence[str]) -> list[str]:
 #: the largest temporary of :func:`row_statistics`, in elements (16M: 128 MB in float64). Its
 #: Monte Carlo is bound by per-call overhead on small chunks: on SmolLM2-135M's survey window the
 #: critical-N study took 37-45 s at 4M elements and 21-24 s at 16M (2 idle cores; 64M: 30 s). The
-#: draws follow the chunks, so the same seed gives the same numbers only at the same value.
+#: draws follow the chunks, so the same seed gives the same numbers only at the same chunk size.
 DEFAULT_CHUNK_ELEMENTS = 1 << 24
 #: the Monte Carlo estimate of E is stratified on which of each row's this many largest weights
 #: the subset holds (2^k strata, each with its exact chance; :func:`row_statistics`)
