@@ -9,7 +9,7 @@ import torch
 
 from conftest import make_tiny_gpt2
 from normlimits.model import load as models
-from normlimits.model.pretrained import BYTE_TOKENIZER_FILE, load_pretrained
+from normlimits.model.pretrained import BYTE_TOKENIZER_FILE, load_pretrained, tokenizer_fingerprint
 from normlimits.model.errors import ModelError
 from normlimits.model.load import load_model
 
@@ -62,7 +62,7 @@ def test_saved_gpt2_loads_through_the_hub_code_path(tmp_path, monkeypatch):
     loaded = models.load_model(str(tmp_path))
     assert calls, "a directory must go through load_pretrained, the hub-id code path"
     assert loaded.model.config._attn_implementation == "eager"
-    assert loaded.encode("hé") == [104, 195, 169]
+    assert loaded.encode("hé") == [104, 195, 169] and loaded.tokenizer_id is None
     for (name, p), q in zip(model.state_dict().items(), loaded.model.state_dict().values()):
         assert torch.equal(p, q), name
     assert not loaded.is_paper_model and "local directory" in loaded.source
@@ -78,6 +78,8 @@ def test_saved_gpt2_with_a_real_bpe_tokenizer(tmp_path):
     tokenizer.save_pretrained(tmp_path)
     loaded = load_pretrained(str(tmp_path))
     assert loaded.encode("ab a") == [vocab["ab"], vocab["Ġa"]]
+    # its ids have a fingerprint (the corpus's ids are kept on disk under it); bytes have none
+    assert loaded.tokenizer_id == tokenizer_fingerprint(tokenizer.__class__.from_pretrained(tmp_path))
 
 
 def test_saved_model_without_tokenizer_is_a_clear_error(tmp_path):

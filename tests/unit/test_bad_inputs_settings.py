@@ -21,6 +21,17 @@ def test_a_corpus_of_nul_bytes_is_not_a_text(tmp_path, monkeypatch):
     assert C.load_corpus(str(prose)).n_bytes > 0          # tabs and newlines are text
 
 
+@pytest.mark.parametrize("control", ["\x00", "\x0b", "\x1b", "\x1f"])
+def test_the_control_character_count_is_the_per_character_rule_at_the_one_percent_line(control):
+    """Every character below U+0020 but tab, line feed, form feed and carriage return counts
+    (vertical tab and escape too); 1% of the text is allowed, one more is refused."""
+    assert set(C.CONTROL_CHARACTERS) == {chr(c) for c in range(32)} - set("\t\n\f\r")
+    prose = "Natás\t\r\n\f " * 10                          # 100 characters, none counted
+    C.check_is_text(prose * 99 + control * 99)             # 99 of 9,999: under 1%
+    with pytest.raises(C.CorpusError, match=r"101 of its 10,001 characters"):
+        C.check_is_text(prose * 99 + control * 101)
+
+
 def test_an_explicit_url_offline_is_named_as_set(isolated_cache):
     url = "http://127.0.0.1:9/war-and-peace.txt"          # nothing listens on the discard port
     with pytest.raises(C.CorpusError) as info:

@@ -78,6 +78,9 @@ class LoadedModel:
     #: where it adds one, as Gemma 3's does; empty for GPT-2, SmolLM2 and the byte-level models):
     #: every window starts with them, as the model saw every text in training
     prefix: tuple[int, ...] = ()
+    #: what fixes ``encode``'s ids (:func:`tokenizer_fingerprint`), None where nothing does: with
+    #: it, the corpus's ids are kept on disk (:func:`normlimits.model.corpus.corpus_tokens`)
+    tokenizer_id: str | None = None
 
     def __post_init__(self) -> None:
         forward_clock.time_forward_passes(self.model)      # the build's floor (core.forward_clock)
@@ -238,17 +241,46 @@ def check_supported(model: torch.nn.Module, setting: str, origin: str = MODEL_EN
                                     f"max_position_embeddings in its configuration. {remedy}")
 
 
+#: a tokenizer's init arguments that say where it was read from, not which ids it gives (left out
+#: of its fingerprint, so the same files copied elsewhere keep it)
+TOKENIZER_LOCATION_ARGS = frozenset({"name_or_path", "is_local", "local_files_only", "vocab_file",
+                                     "merges_file", "tokenizer_file", "cache_dir", "revision"})
+
+
+def tokenizer_fingerprint(tokenizer) -> str | None:
+    """sha256 of what fixes a transformers tokenizer's ids for ``add_special_tokens=False``: its
+    class, its fast backend's whole serialised state (vocabulary, merges, normaliser,
+    pre-tokeniser, added tokens), its init arguments, and the versions of ``tokenizers`` and
+    ``transformers``. None for a tokenizer without a fast backend (nothing to serialise)."""
+    import hashlib
+
+    import tokenizers
+    import transformers
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    digest = hashlib.sha256(backend.to_str().encode("utf-8"))
+    init = {k: v for k, v in tokenizer.init_kwargs.items() if k not in TOKENIZER_LOCATION_ARGS}
+    extra = {"class": type(tokenizer).__name__, "add_special_tokens": False,
+             "init": init, "tokenizers": tokenizers.__version__,
+             "transformers": transformers.__version__}
+    digest.update(json.dumps(extra, sort_keys=True, default=repr).encode("utf-8"))
+    return digest.hexdigest()
+
+
 def _tokenizer_for(source: str, setting: str, origin: str = MODEL_ENV
-                   ) -> tuple[Callable[[str], list[int]], str, Callable, tuple[int, ...]]:
+                   ) -> tuple[Callable[[str], list[int]], str, Callable, tuple[int, ...], str | None]:
     """The tokenizer saved with a model: the byte marker file, else transformers' AutoTokenizer;
-    returns (encode, kind, decode, prefix): ``encode`` adds no special token, ``prefix``
-    (:func:`tokenizer_prefix`) is what the tokenizer puts before a text by default."""
+    returns (encode, kind, decode, prefix, fingerprint): ``encode`` adds no special token,
+    ``prefix`` (:func:`tokenizer_prefix`) is what the tokenizer puts before a text by default,
+    ``fingerprint`` (:func:`tokenizer_fingerprint`; None for the byte tokenizer) names its ids."""
     marker = Path(source).expanduser() / BYTE_TOKENIZER_FILE
     if Path(source).expanduser().is_dir() and marker.is_file():
         kind = json.loads(marker.read_text()).get("kind")
         if kind != "bytes":
             raise ModelError(f"{marker} names an unknown tokenizer kind {kind!r}; expected 'bytes'.")
-        return byte_encode, "bytes (UTF-8)", byte_decode, ()
+        return byte_encode, "bytes (UTF-8)", byte_decode, (), None
     from transformers import AutoTokenizer
 
     remedy = (f"Save its tokenizer beside it (tokenizer.save_pretrained) or write {BYTE_TOKENIZER_FILE} "
@@ -272,7 +304,7 @@ def _tokenizer_for(source: str, setting: str, origin: str = MODEL_ENV
 
     sample = "The attention heads."
     prefix = tokenizer_prefix(tokenizer(sample)["input_ids"], encode(sample))
-    return encode, f"{type(tokenizer).__name__} (BPE)", decode, prefix
+    return encode, f"{type(tokenizer).__name__} (BPE)", decode, prefix, tokenizer_fingerprint(tokenizer)
 
 
 def tokenizer_prefix(with_special: list[int], plain: list[int]) -> tuple[int, ...]:
@@ -431,10 +463,10 @@ def load_pretrained(source: str, setting: str | None = None, *, origin: str = MO
         model.to(where.device)
     model = with_eager_attention(model)
     check_supported(model, setting, origin)
-    encode, kind, decode, prefix = _tokenizer_for(source, setting, origin)
+    encode, kind, decode, prefix, tokenizer_id = _tokenizer_for(source, setting, origin)
     loaded = LoadedModel(model=model, name=setting, source=where_from, encode=encode,
                          tokenizer_kind=kind, is_paper_model=(source == PAPER_MODEL), placement=where,
-                         decode=decode, prefix=prefix)
+                         decode=decode, prefix=prefix, tokenizer_id=tokenizer_id)
     if prefix:
         loaded.notes.append(f"Its tokenizer starts every text with {len(prefix)} special token(s) "
                             f"(ids {list(prefix)}, its beginning-of-sequence token), so every window "
