@@ -193,3 +193,26 @@ def test_report_table_puts_stand_ins_side_by_side_with_gains_per_band():
     assert table.loc["a", "gain over bigram 512-1023"] == pytest.approx(0.4)
     assert table.loc["b", "gain over bigram 0-255"] == pytest.approx(1.4)
     assert table.loc["b", "bits/byte 256-511"] == 2.5 and table.loc["b", "steps"] == 300
+
+
+def test_a_standin_trains_on_its_own_thread_count_whatever_the_setting(monkeypatch):
+    """Inside a replica running beside another (NORMLIMITS_THREADS=1), the stand-in still trains
+    on TRAINING_THREADS threads, as every cached one was: its weights depend on the count."""
+    from normlimits.model.corpus import load_corpus
+
+    seen = {}
+
+    def fake_training(model, train_ids, phases, **kwargs):
+        from normlimits.core.settings import configure_torch
+
+        configure_torch()                           # as the real loop does first
+        seen["threads"] = torch.get_num_threads()
+        return standin.TrainingLog()
+
+    monkeypatch.setenv("NORMLIMITS_THREADS", "1")
+    monkeypatch.setattr(standin, "train_language_model", fake_training)
+    monkeypatch.setattr(standin, "evaluate_standin", lambda model, train, held: {})
+    torch.set_num_threads(1)
+    _, report = standin.train_standin(load_corpus())
+    assert seen["threads"] == report["threads"] == standin.TRAINING_THREADS == 2
+    assert torch.get_num_threads() == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -46,6 +47,35 @@ def test_more_windows_than_the_corpus_holds_are_refused_with_the_number_that_fit
     assert C.token_windows(tiny_loaded, corpus, 64, 15).shape == (15, 64)
     with pytest.raises(SettingError, match=r"1,000,000,000 windows of L=64.*at most 15.*NORMLIMITS_WINDOWS"):
         C.token_windows(tiny_loaded, corpus, 64, 1_000_000_000)
+
+
+def test_pinned_threads_hold_inside_and_restore_the_count_after(monkeypatch):
+    """Inside, torch runs on exactly the pinned count, even where the setting asks for one thread
+    and configure_torch (which a training loop calls) is called; after, the count before."""
+    import torch
+
+    monkeypatch.setenv("NORMLIMITS_THREADS", "1")
+    torch.set_num_threads(1)
+    with settings.pinned_threads(3):
+        settings.configure_torch()
+        assert torch.get_num_threads() == 3 and os.environ["NORMLIMITS_THREADS"] == "1"
+        with settings.pinned_threads(2):
+            settings.configure_torch()
+            assert torch.get_num_threads() == 2
+        settings.configure_torch()
+        assert torch.get_num_threads() == 3
+    assert torch.get_num_threads() == 1
+    settings.configure_torch()
+    assert torch.get_num_threads() == 1
+    with pytest.raises(RuntimeError, match="inside"):
+        with settings.pinned_threads(2):
+            raise RuntimeError("inside")
+    assert torch.get_num_threads() == 1
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        with settings.pinned_threads(0):
+            pass
+    monkeypatch.delenv("NORMLIMITS_THREADS")
+    settings.configure_torch()
 
 
 def test_threads_beyond_the_cores_are_capped_with_a_warning(monkeypatch):

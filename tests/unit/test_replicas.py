@@ -55,12 +55,19 @@ def test_replica_models_default_list_off_and_the_primary_left_out(monkeypatch):
     assert replicas.replica_models("smollm2-135m") == ()
 
 
-def test_environment_is_restored_after_the_block(monkeypatch):
+def test_a_childs_environment_is_this_ones_changed_and_this_one_is_left_alone(monkeypatch):
     monkeypatch.setenv("NL_TEST_A", "1")
     monkeypatch.delenv("NL_TEST_B", raising=False)
-    with replicas._environment({"NL_TEST_A": None, "NL_TEST_B": "2"}):
-        assert "NL_TEST_A" not in os.environ and os.environ["NL_TEST_B"] == "2"
+    env = replicas.child_environment({"NL_TEST_A": None, "NL_TEST_B": "2"})
+    assert "NL_TEST_A" not in env and env["NL_TEST_B"] == "2" and env["PATH"] == os.environ["PATH"]
     assert os.environ["NL_TEST_A"] == "1" and "NL_TEST_B" not in os.environ
+
+
+def test_as_many_replicas_run_at_once_as_the_build_has_threads(monkeypatch):
+    monkeypatch.setenv("NORMLIMITS_THREADS", "2")
+    assert [replicas.concurrent_replicas(n) for n in (0, 1, 2, 3)] == [1, 1, 2, 2]
+    monkeypatch.setenv("NORMLIMITS_THREADS", "1")
+    assert replicas.concurrent_replicas(3) == 1
 
 
 @pytest.fixture
@@ -101,6 +108,72 @@ def test_a_replica_replays_the_chapter_and_records_its_rows_as_variants(toy_book
     frame = replicas.agreement_frame(ledger.read_rows(root / "ledger" / "toy.json"), runs)
     assert list(frame.columns) == ["primary", "other", "same verdict"]
     assert frame.loc["T1b", "same verdict"] == "no"
+
+
+def test_two_replicas_side_by_side_each_see_their_own_settings(toy_book, monkeypatch):
+    """Two real child kernels at once (two threads): each is started with its own model and
+    value, and with one thread, and the parent's environment is not changed."""
+    root, ctx = toy_book
+    monkeypatch.setenv("NORMLIMITS_THREADS", "2")
+    monkeypatch.setattr(replicas, "thread_count", lambda: 2)     # whatever this machine's cores
+    before = dict(os.environ)
+    runs = replicas.replicate(ctx, [
+        replicas.Replica("a", {"NORMLIMITS_MODEL": "a", "TOY_VALUE": "0.5"}),
+        replicas.Replica("b", {"NORMLIMITS_MODEL": "b", "TOY_VALUE": "0.25"})])
+    assert dict(os.environ) == before
+    rows = {r.get("variant", ""): r for r in json.loads((root / "ledger" / "toy.json").read_text())}
+    assert [r.replica.label for r in runs] == ["a", "b"]
+    assert rows["a"]["model"] == "a (1.0M params)" and rows["a"]["criteria"][0]["value"] == 0.5
+    assert rows["b"]["model"] == "b (1.0M params)" and rows["b"]["criteria"][0]["value"] == 0.25
+
+
+def test_replicas_run_together_with_a_share_of_the_threads_and_a_failure_waits(toy_book, monkeypatch):
+    """With 2 threads two replicas start before either ends, each with NORMLIMITS_THREADS=1; the
+    chapter records their wall time together; a failing one fails the chapter once the other has
+    finished; with 1 thread they run one after the other with the setting as it was."""
+    import threading
+    import time
+
+    _, ctx = toy_book
+    events, barrier = [], threading.Barrier(2, timeout=10)
+
+    def fake_execute(source, env):
+        events.append(("start", env["NORMLIMITS_MODEL"], env.get("NORMLIMITS_THREADS")))
+        if together:
+            barrier.wait()                  # both must be running at once to pass
+        time.sleep(0.05)
+        if env["NORMLIMITS_MODEL"] == "bad":
+            raise replicas.ReplicaError("bad replica")
+        folder = root_of(env)
+        (folder / "toy.json").write_text("[]")
+        events.append(("end", env["NORMLIMITS_MODEL"]))
+        return 1.0
+
+    def root_of(env):
+        from pathlib import Path
+        return Path(env["NORMLIMITS_LEDGER_DIR"])
+
+    monkeypatch.setattr(replicas, "execute_chapter", fake_execute)
+    took = []
+    ctx.replicas_took = took.append
+    together = True
+    monkeypatch.setattr(replicas, "thread_count", lambda: 2)
+    pair = [replicas.Replica("a", {"NORMLIMITS_MODEL": "a"}), replicas.Replica("b", {"NORMLIMITS_MODEL": "b"})]
+    replicas.replicate(ctx, pair, record=False)
+    assert sorted(e for e in events if e[0] == "start") == [("start", "a", "1"), ("start", "b", "1")]
+    assert events[0][0] == events[1][0] == "start"
+    assert len(took) == 1 and 0.05 <= took[0] < 1.0
+    events.clear()
+    with pytest.raises(replicas.ReplicaError, match="bad replica"):
+        replicas.replicate(ctx, [replicas.Replica("bad", {"NORMLIMITS_MODEL": "bad"}), pair[1]],
+                           record=False)
+    assert ("end", "b") in events, "the other replica finishes before the failure is raised"
+    events.clear()
+    together = False
+    monkeypatch.setattr(replicas, "thread_count", lambda: 1)
+    monkeypatch.delenv("NORMLIMITS_THREADS", raising=False)
+    replicas.replicate(ctx, pair, record=False)
+    assert events == [("start", "a", None), ("end", "a"), ("start", "b", None), ("end", "b")]
 
 
 def test_a_failing_replica_fails_the_chapter_with_its_error(toy_book, monkeypatch):

@@ -86,6 +86,37 @@ def test_each_replica_is_a_run_held_to_the_budget_on_its_own(tmp_path, capsys, m
         ctx.replica_ran("standin", -1.0)
 
 
+def test_replicas_side_by_side_are_taken_off_the_chapter_once(tmp_path, monkeypatch):
+    """Two replicas that ran together for 1 budget, each taking 0.9 of it: the chapter's own run
+    is its time less their wall time, not less the sum of their runs."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from normlimits.book.chapter import ChapterContext
+
+    monkeypatch.setenv("NORMLIMITS_LEDGER_DIR", str(tmp_path))
+    monkeypatch.setattr("normlimits.core.glued.glue", lambda *a, **k: None)
+    budget = CHAPTER_BUDGET_SECONDS["separability"]
+    ctx = ChapterContext("separability", SimpleNamespace(name="smollm2-135m", n_params=1.3e8),
+                         corpus=None, window_count=8)
+    ctx.started -= 2 * budget                     # 1 budget its own run, 1 the replicas together
+    ctx.replica_ran("standin", 0.9 * budget)
+    ctx.replica_ran("gemma3-270m", 0.9 * budget)
+    ctx.replicas_took(budget)
+    ctx.finish()
+    read = timings.read_timings(tmp_path)["separability"]
+    assert read["replica_wall_seconds"] == budget
+    assert abs(timings.budgeted_seconds(read) - budget) < 1.0          # not 2 - 1.8 = 0.2 budgets
+    older = {k: v for k, v in read.items() if k != "replica_wall_seconds"}  # one after the other
+    assert abs(timings.budgeted_seconds(older) - 0.2 * budget) < 1.0
+    line = timings.format_table({"separability": read})
+    assert (f"replicas side by side {budget:.1f} s: on gemma3-270m {0.9 * budget:.1f} s, "
+            f"on standin {0.9 * budget:.1f} s") in line
+    with pytest.raises(ValueError, match="replica wall seconds must be >= 0"):
+        ctx.replicas_took(-1.0)
+
+
 def test_replicate_records_each_replica_run_on_the_context(tmp_path, monkeypatch):
     """replicas.replicate tells the chapter's context how long each replica ran, its one-time
     training excluded."""
@@ -110,10 +141,12 @@ def test_replicate_records_each_replica_run_on_the_context(tmp_path, monkeypatch
     seen = {}
     ctx = SimpleNamespace(chapter="vanishing", loaded=SimpleNamespace(name="smollm2-135m"),
                           one_time=lambda s: seen.setdefault("once", s),
+                          replicas_took=lambda s: seen.setdefault("wall", s),
                           replica_ran=lambda label, s, forward: seen.setdefault(label, (s, forward)))
     runs = replicas.replicate(ctx, [replicas.Replica("standin", {"NORMLIMITS_MODEL": "standin"})],
                               record=False)
     assert [r.seconds for r in runs] == [10.0]
+    assert seen.pop("wall") < 1.0          # the fake took no time; its 4 s of training left out
     assert seen == {"once": 4.0, "standin": (6.0, 2.5)}
 
 

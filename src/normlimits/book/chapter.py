@@ -60,6 +60,9 @@ class ChapterContext:
     #: seconds each replica of this chapter ran (its label -> seconds, less its one-time work):
     #: each replica is a separate run of the chapter, held to the budget on its own
     replica_seconds: dict[str, float] = field(default_factory=dict)
+    #: the wall time of the replicas together, less their one-time work (they run side by side:
+    #: :func:`normlimits.book.replicas.replicate`), None before any ran
+    replica_wall_seconds: float | None = None
 
     @property
     def model_label(self) -> str:
@@ -108,6 +111,13 @@ class ChapterContext:
         self.replica_seconds[label] = self.replica_seconds.get(label, 0.0) + float(seconds)
         self.replica_forward_seconds += float(forward_seconds)
 
+    def replicas_took(self, seconds: float) -> None:
+        """Record the wall time of this chapter's replicas, run side by side (less their one-time
+        work): the chapter's own run is its time less this, not less the sum of the replicas'."""
+        if seconds < 0:
+            raise ValueError(f"replica wall seconds must be >= 0 (got {seconds})")
+        self.replica_wall_seconds = (self.replica_wall_seconds or 0.0) + float(seconds)
+
     def finish(self) -> float:
         """Record the chapter's execution time (seconds since it started, and the one-time part of
         it: what :meth:`one_time` was given plus the package's own timed one-time work since the
@@ -121,7 +131,9 @@ class ChapterContext:
                           {"chapter": self.chapter, "seconds": seconds, "model": self.model_label,
                            "windows": self.window_count, "one_time_seconds": once,
                            "forward_seconds": forward,
-                           "replica_seconds": self.replica_seconds})
+                           "replica_seconds": self.replica_seconds,
+                           **({} if self.replica_wall_seconds is None
+                              else {"replica_wall_seconds": self.replica_wall_seconds})})
         glued.glue("chapter_seconds", seconds)
         return seconds
 

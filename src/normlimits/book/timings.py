@@ -6,7 +6,8 @@ every later run: :mod:`normlimits.core.one_time`, and what the chapter declares 
 ``ctx.one_time``); budgets live in :data:`normlimits.core.protocol.CHAPTER_BUDGET_SECONDS` (one run of the chapter on 2
 cores). A chapter that replays itself on control models (:mod:`normlimits.book.replicas`) records each
 replica's seconds beside its own: each run is held to the budget separately, as each is one
-execution of the chapter. ``make book`` prints this table after every build;
+execution of the chapter. The replicas run side by side, so the chapter also records their wall
+time together (``replica_wall_seconds``), which is what its own run is measured without. ``make book`` prints this table after every build;
 ``tests/book/test_book_build.py`` fails a chapter whose own run or any replica took more than twice
 its budget.
 """
@@ -39,9 +40,13 @@ def recurring_seconds(timing: dict) -> float:
 
 def budgeted_seconds(timing: dict) -> float:
     """A chapter's own run: its time less its one-time work (a training or conversion whose result
-    is cached for later builds, ``one_time_seconds``) and less its replicas' runs (``replica_seconds``,
-    each budgeted on its own): what its budget is about."""
-    return recurring_seconds(timing) - sum(timing.get("replica_seconds", {}).values())
+    is cached for later builds, ``one_time_seconds``) and less the time of its replicas (each
+    budgeted on its own): their wall time together (``replica_wall_seconds``: they run side by
+    side) where recorded, else the sum of their runs (``replica_seconds``, one after the other)."""
+    replicas = timing.get("replica_wall_seconds")
+    if replicas is None:
+        replicas = sum(timing.get("replica_seconds", {}).values())
+    return recurring_seconds(timing) - replicas
 
 
 def budgeted_runs(chapter: str, timing: dict) -> dict[str, float]:
@@ -127,8 +132,12 @@ def format_table(timings: dict[str, dict]) -> str:
         mark = "  OVER 2x BUDGET" if over_budget({ch: t}) else ""
         once = t.get("one_time_seconds", 0.0)
         note = f"  (of which one-time work {once:.1f} s: training or conversion, cached now)" if once else ""
-        note += "".join(f"  (of which replica on {label} {s:.1f} s)"
-                        for label, s in t.get("replica_seconds", {}).items())
+        runs = t.get("replica_seconds", {})
+        if "replica_wall_seconds" in t and runs:     # side by side: their runs overlap
+            note += (f"  (of which replicas side by side {t['replica_wall_seconds']:.1f} s: "
+                     + ", ".join(f"on {label} {s:.1f} s" for label, s in runs.items()) + ")")
+        else:
+            note += "".join(f"  (of which replica on {label} {s:.1f} s)" for label, s in runs.items())
         fwd = floor.get(ch)
         forward = f"{fwd['forward_seconds']:>8.1f}" if fwd else f"{'-':>8}"
         ratio = f"{fwd['ratio']:>8.1f}" if fwd and fwd["ratio"] is not None else f"{'-':>8}"

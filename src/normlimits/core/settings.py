@@ -19,8 +19,10 @@ default. Names:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Iterator
 
 MODEL_ENV = "NORMLIMITS_MODEL"
 CORPUS_ENV = "NORMLIMITS_CORPUS"
@@ -103,8 +105,34 @@ def thread_count() -> int:
     return min(requested, cores)
 
 
-def configure_torch() -> None:
-    """Fix torch's thread count so timings and training are repeatable."""
+#: the thread count :func:`pinned_threads` holds, None outside it
+_PINNED: int | None = None
+
+
+@contextlib.contextmanager
+def pinned_threads(count: int) -> Iterator[None]:
+    """Run with exactly ``count`` torch threads, whatever ``NORMLIMITS_THREADS`` and the cores say
+    (:func:`configure_torch` keeps them inside), then restore the count before. For work whose
+    numbers depend on the thread count (a training's reductions), so that it gives the same result
+    in whichever process, and beside whatever else, it runs."""
+    global _PINNED
     import torch
 
-    torch.set_num_threads(thread_count())
+    if count < 1:
+        raise ValueError(f"threads must be >= 1 (got {count})")
+    previous, outer = torch.get_num_threads(), _PINNED
+    _PINNED = count
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        _PINNED = outer
+        torch.set_num_threads(previous)
+
+
+def configure_torch() -> None:
+    """Fix torch's thread count so timings and training are repeatable (inside
+    :func:`pinned_threads`, its count)."""
+    import torch
+
+    torch.set_num_threads(_PINNED if _PINNED is not None else thread_count())

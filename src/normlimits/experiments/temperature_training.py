@@ -28,8 +28,6 @@ configuration, the recipe, T, the seed, the corpus sha256 and torch's version, l
 from __future__ import annotations
 
 import math
-import os
-from contextlib import contextmanager
 from copy import deepcopy
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,7 +39,7 @@ from normlimits.core.cache import (
 from normlimits.model.capture import attention_modules, capture_batch, projection_gradients
 from normlimits.metrics.normalizers import check_temperature
 from normlimits.core.protocol import TR_SEEDS, TR_TEMPERATURES
-from normlimits.core.settings import THREADS_ENV, configure_torch, thread_count
+from normlimits.core.settings import configure_torch, pinned_threads, thread_count
 from normlimits.metrics.jacobian import softmax_jacobian_norm
 from normlimits.model.corpus import load_corpus
 from normlimits.model.pretrained import byte_encode, LoadedModel
@@ -258,23 +256,6 @@ def plateau_step(losses_bits, baseline_bits: float, margin: float = 0.1, window:
     return int(below[0]) + window - 1 if len(below) else None
 
 
-@contextmanager
-def _torch_threads(count: int):
-    """Run with ``count`` torch threads (the thread setting too, which the training loop reads),
-    restoring both afterwards."""
-    previous_env, previous = os.environ.get(THREADS_ENV), torch.get_num_threads()
-    os.environ[THREADS_ENV] = str(count)
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        if previous_env is None:
-            os.environ.pop(THREADS_ENV, None)
-        else:
-            os.environ[THREADS_ENV] = previous_env
-        torch.set_num_threads(previous)
-
-
 def train_at_temperature(temperature: float, train_ids: torch.Tensor, held_out_ids: torch.Tensor, *,
                          steps: int = TR_STEPS, positions: int = TR_POSITIONS, batch: int = TR_BATCH,
                          lr: float = TR_LR, seed: int = TR_SEED, probe_every: int = PROBE_EVERY,
@@ -314,7 +295,7 @@ def train_at_temperature(temperature: float, train_ids: torch.Tensor, held_out_i
         if (step + 1) % probe_every == 0 or step + 1 == steps:
             record(step + 1)
 
-    with _torch_threads(TR_THREADS):
+    with pinned_threads(TR_THREADS):
         log = train_language_model(model, train_ids, (Phase(positions, batch, steps),), lr=lr, seed=seed,
                                    description=f"training at T={t:g}, seed {seed}", on_step=on_step)
         windows = held_out_windows(held_out_ids, length=positions, max_windows=64)

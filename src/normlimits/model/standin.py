@@ -44,11 +44,15 @@ from normlimits.model.pretrained import (
     BYTE_TOKENIZER_FILE, LoadedModel, byte_encode, check_model_folder, load_pretrained)
 from normlimits.model.errors import ModelError
 from normlimits.core.one_time import one_time_work
-from normlimits.core.settings import CORPUS_ENV, configure_torch
+from normlimits.core.settings import CORPUS_ENV, configure_torch, pinned_threads
 from normlimits.model.corpus import load_corpus
 
 VOCAB_SIZE = 257  # 256 bytes + one end-of-text special
 EOT = 256
+#: torch threads a stand-in trains on, whatever ``NORMLIMITS_THREADS`` says and wherever it trains
+#: (a chapter, a replica running beside another on one thread, the tests): its weights depend on
+#: the thread count through the reductions' order, and every cached stand-in so far was trained on 2
+TRAINING_THREADS = 2
 STANDIN_CONFIG = dict(vocab_size=VOCAB_SIZE, n_positions=1024, n_embd=192, n_layer=4, n_head=4,
                       bos_token_id=EOT, eos_token_id=EOT, resid_pdrop=0.0, embd_pdrop=0.0,
                       attn_pdrop=0.0)
@@ -387,17 +391,18 @@ def train_standin(corpus, recipe: Recipe | None = None) -> tuple[torch.nn.Module
     """Train a stand-in (default: the GPT-2 one) on ``corpus`` from scratch; returns (model, report)."""
     recipe = resolve_recipe(recipe)
     check_trainable(corpus)
-    configure_torch()
-    model = recipe.build()
-    ids = byte_tokens(corpus.text)
-    train_ids, held_out_ids = split_corpus(ids)
-    log = train_language_model(model, train_ids, recipe.phases, lr=recipe.lr, seed=recipe.seed,
-                               description=f"training {recipe.setting} (once per machine)")
-    report = evaluate_standin(model, train_ids, held_out_ids)
+    with pinned_threads(TRAINING_THREADS):
+        model = recipe.build()
+        ids = byte_tokens(corpus.text)
+        train_ids, held_out_ids = split_corpus(ids)
+        log = train_language_model(model, train_ids, recipe.phases, lr=recipe.lr, seed=recipe.seed,
+                                   description=f"training {recipe.setting} (once per machine)")
+        report = evaluate_standin(model, train_ids, held_out_ids)
+        threads = torch.get_num_threads()
     report.update({
         "train_seconds": log.seconds, "steps": len(log.losses), "n_params": sum(p.numel() for p in model.parameters()),
         "final_train_loss_bits": sum(log.losses[-20:]) / 20 / LN2, "corpus_sha256": corpus.sha256,
-        "threads": torch.get_num_threads(), "phases": [asdict(p) for p in recipe.phases],
+        "threads": threads, "phases": [asdict(p) for p in recipe.phases],
         "loss_curve_bits": [x / LN2 for x in log.losses], "architecture": recipe.architecture,
     })
     return model, report
