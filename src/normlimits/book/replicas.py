@@ -9,7 +9,7 @@ named by the model. So every number on every model comes from one code path: no 
 "the stand-in's numbers" by a second, shorter route that could drift from the first.
 
 A replica is a label and the settings it changes (:class:`Replica`): ``NORMLIMITS_REPLICAS`` lists
-the models (comma-separated; ``off`` for none; default ``standin``). Inside a replica
+the models (comma-separated; ``off`` for none; default :data:`DEFAULT_REPLICAS`). Inside a replica
 (``NORMLIMITS_REPLICA_OF`` set) :func:`replicate` does nothing, so a child never spawns children.
 A replica whose model is the chapter's own primary model is skipped.
 
