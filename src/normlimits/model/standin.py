@@ -398,11 +398,10 @@ def train_standin(corpus, recipe: Recipe | None = None) -> tuple[torch.nn.Module
         log = train_language_model(model, train_ids, recipe.phases, lr=recipe.lr, seed=recipe.seed,
                                    description=f"training {recipe.setting} (once per machine)")
         report = evaluate_standin(model, train_ids, held_out_ids)
-        threads = torch.get_num_threads()
     report.update({
         "train_seconds": log.seconds, "steps": len(log.losses), "n_params": sum(p.numel() for p in model.parameters()),
         "final_train_loss_bits": sum(log.losses[-20:]) / 20 / LN2, "corpus_sha256": corpus.sha256,
-        "threads": threads, "phases": [asdict(p) for p in recipe.phases],
+        "threads": TRAINING_THREADS, "phases": [asdict(p) for p in recipe.phases],
         "loss_curve_bits": [x / LN2 for x in log.losses], "architecture": recipe.architecture,
     })
     return model, report
