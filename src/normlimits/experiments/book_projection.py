@@ -1,7 +1,8 @@
 """The whole book's execution time at a model's size, projected from two measured builds.
 
 A chapter's time is, to first order, a fixed part (derivations, synthetic experiments, plots, the
-architectures chapter's survey of the two stand-ins, whatever the model setting) plus a part that
+replays on the control models and the architectures chapter's surveys, whatever the model setting)
+plus a part that
 grows with the cost of the model's forward passes and metrics, which ``make bench`` measures in one
 number: the loop time of its five workloads (the ``total`` row's ``seconds``). Two strict builds of
 the book measured on one machine, one per model size, each beside a bench run on the same model,
@@ -36,26 +37,30 @@ class BuildRecord:
 
 
 #: The two builds the projection is fitted on (2 cores, 8 windows, the development machine;
-#: chapter seconds less one-time training, each with its stand-in replica where it has one).
+#: chapter seconds less one-time training, replicas included: SmolLM2-135M and Gemma 3 270M in
+#: both builds, the stand-in too in the GPT-2-size one). Each bench time is the median of three
+#: runs right after its build; the machine's bench varied much that day (gpt2-random: 68.7, 67.6
+#: and 53.0 s after the build, 81.9 s an hour later, and 84.2 s for commit 275f29b's code beside
+#: it, which had given 37.0 s on 2026-12-05), so a projection is a rough guide.
 CALIBRATION: tuple[BuildRecord, BuildRecord] = (
-    BuildRecord("standin", bench_seconds=3.4,
-                chapters={"alternatives": 44.2, "architectures": 164.8, "cost": 6.7, "distances": 12.1,
-                          "gradients": 8.6, "separability": 18.0, "setup": 3.3, "standin": 1.9,
-                          "vanishing": 3.4},
+    BuildRecord("standin", bench_seconds=7.2,
+                chapters={"alternatives": 141.5, "architectures": 343.4, "cost": 25.8, "distances": 284.0,
+                          "gradients": 242.2, "separability": 207.3, "setup": 25.8, "standin": 4.7,
+                          "vanishing": 81.8},
                 note="strict build with NORMLIMITS_MODEL=standin from an empty execution cache, "
-                     "2026-12-05 01:32 UTC (commit 275f29b; 316 s wall; the architectures chapter's "
-                     "survey of SmolLM2-135M on four texts and of the two stand-ins, 165 s, does not "
-                     "depend on the setting); bench loop on the stand-in 3.4 s right after"),
-    BuildRecord("gpt2-random", bench_seconds=37.0,
-                chapters={"alternatives": 732.3, "architectures": 167.8, "cost": 46.4, "distances": 174.3,
-                          "gradients": 45.6, "separability": 136.5, "setup": 28.8, "standin": 1.8,
-                          "vanishing": 17.4},
+                     "2026-12-06 22:22 UTC on an idle machine (commit 488a68f; 1453 s wall; the "
+                     "replicas on SmolLM2-135M and Gemma 3 270M, 662 s side by side, and the "
+                     "architectures chapter's surveys do not depend on the setting); bench loop on "
+                     "the stand-in 6.9, 7.2 and 7.2 s right before"),
+    BuildRecord("gpt2-random", bench_seconds=67.6,
+                chapters={"alternatives": 373.2, "architectures": 406.1, "cost": 109.4, "distances": 318.1,
+                          "gradients": 280.1, "separability": 197.0, "setup": 51.2, "standin": 4.9,
+                          "vanishing": 105.5},
                 note="strict build with NORMLIMITS_MODEL=gpt2-random from an empty execution cache, "
-                     "2026-12-05 01:04 UTC on an idle machine (commit 275f29b; 1446 s wall; the "
-                     "alternatives chapter holds the removal experiment on 8 windows, about 42,000 "
-                     "forward tokens per window). Bench loop 37.0 s right after (32.6 s and 40.0 s in "
-                     "two more runs: the forward passes took 17.5, 13.5 and 20.4 s, the metrics "
-                     "19.5, 19.1 and 19.5 s)"),
+                     "2026-12-06 21:54 UTC on an idle machine (commit 488a68f; 1969 s wall; the "
+                     "removal experiment stopped at its first look, 2 windows; replicas on SmolLM2, "
+                     "Gemma 3 and the stand-in, 643 s side by side). Bench loop 68.7, 67.6 and 53.0 s "
+                     "right after (forward passes 15.8, 17.2 and 11.6 s; metrics 52.9, 50.4 and 41.4 s)"),
 )
 
 
