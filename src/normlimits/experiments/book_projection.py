@@ -2,12 +2,11 @@
 
 A chapter's time is, to first order, a fixed part (derivations, synthetic experiments, plots, the
 replays on the control models and the architectures chapter's surveys, whatever the model setting)
-plus a part that
-grows with the cost of the model's forward passes and metrics, which ``make bench`` measures in one
-number: the loop time of its five workloads (the ``total`` row's ``seconds``). Two strict builds of
-the book measured on one machine, one per model size, each beside a bench run on the same model,
-fix both parts of every chapter (:data:`CALIBRATION`, :func:`chapter_lines`); a bench run on any
-model then projects the book at that model's size (:func:`project`).
+plus a part that grows with the cost of the model's forward passes and metrics, which ``make bench``
+measures in one number: the loop time of its five workloads (the ``total`` row's ``seconds``).
+Two strict builds of the book measured on one machine, one per model size, each beside a bench run
+on the same model, fix both parts of every chapter (:data:`CALIBRATION`, :func:`chapter_lines`); a
+bench run on any model then projects the book at that model's size (:func:`project`).
 
 This is a projection, not a measurement: it assumes each chapter's model-dependent part scales
 like the bench's loop (the chapters run the same code paths on the same windows); it is exact at
@@ -39,9 +38,10 @@ class BuildRecord:
 #: The two builds the projection is fitted on (2 cores, 8 windows, the development machine;
 #: chapter seconds less one-time training, replicas included: SmolLM2-135M and Gemma 3 270M in
 #: both builds, the stand-in too in the GPT-2-size one). Each bench time is the median of three
-#: runs right after its build; the machine's bench varied much that day (gpt2-random: 68.7, 67.6
-#: and 53.0 s after the build, 81.9 s an hour later, and 84.2 s for commit 275f29b's code beside
-#: it, which had given 37.0 s on 2026-12-05), so a projection is a rough guide.
+#: runs beside its build (right after the GPT-2-size one, right before the stand-in's). The
+#: machine's bench varied much that day (gpt2-random: 68.7, 67.6 and 53.0 s after the build,
+#: 81.9 s half an hour later, and 84.2 s for commit 275f29b's code beside it, which had given
+#: 37.0 s on 2026-12-05), so a projection is a rough guide.
 CALIBRATION: tuple[BuildRecord, BuildRecord] = (
     BuildRecord("standin", bench_seconds=7.2,
                 chapters={"alternatives": 141.5, "architectures": 343.4, "cost": 25.8, "distances": 284.0,
