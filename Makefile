@@ -63,9 +63,12 @@ browser:
 
 # --- the book ---------------------------------------------------------------------------------
 # The execution cache only sees each chapter's source; it is dropped first when the settings, the
-# package or the corpus changed (src/normlimits/book/execution_cache.py).
+# package or the corpus changed (src/normlimits/book/execution_cache.py). The chapters it lacks are
+# then executed into it side by side, one per thread (src/normlimits/book/execute_chapters.py), so
+# Sphinx only reads them.
 book: $(INSTALLED) $(MATHJAX)
 	$(PY) -m normlimits execution-cache _build
+	$(PY) -m normlimits execute-chapters
 	$(VENV)/bin/jupyter-book build . $(BUILD_FLAGS)
 	@$(PY) -m normlimits timings
 	@echo "Book: _build/html/index.html   Ledger: _build/ledger.json"
@@ -74,6 +77,7 @@ book: $(INSTALLED) $(MATHJAX)
 # Chromium with the site's own MathJax (src/normlimits/book/pdf.py says why not LaTeX).
 pdf: $(INSTALLED) $(MATHJAX) browser
 	$(PY) -m normlimits execution-cache _build
+	$(PY) -m normlimits execute-chapters
 	$(VENV)/bin/jupyter-book build . --builder singlehtml -W -n --keep-going
 	$(PY) -m normlimits pdf _build/singlehtml/index.html _build/pdf/book.pdf
 

@@ -20,6 +20,8 @@ COMMANDS = {
                 "execute one chapter with the current settings; keep its notebook and figures' data"),
     "execution-cache": ("normlimits.book.execution_cache",
                         "drop the executed chapters when the settings, package or corpus changed"),
+    "execute-chapters": ("normlimits.book.execute_chapters",
+                         "execute the chapters the execution cache lacks, side by side, into it"),
     "timings": ("normlimits.book.timings", "each chapter's execution time in the last build"),
     "pdf": ("normlimits.book.pdf", "print the single-page build to one PDF"),
     "lab": ("normlimits.book.lab", "JupyterLab on the book, chapters as notebooks"),

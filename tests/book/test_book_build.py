@@ -15,6 +15,16 @@ def test_strict_build_writes_the_site(built_book):
     assert (built_book / "html" / "book" / "verdicts.html").is_file()
 
 
+def test_the_chapters_were_executed_ahead_and_sphinx_executed_none(built_book):
+    """make book executes the chapters side by side into the execution cache; Sphinx must then find
+    every one there (a page it executes itself means the cached notebook did not match)."""
+    import re
+
+    log = (built_book / "build.log").read_text()
+    assert re.search(r"\d+ chapters executed in \d+ s \(\d+ at once", log), log[-3000:]
+    assert "Executing notebook" not in log, "Sphinx executed a chapter the step before it had cached"
+
+
 def _rows(built_book):
     rows = ledger.read_ledger_json(built_book / "ledger.json")
     assert rows, "the ledger is empty"

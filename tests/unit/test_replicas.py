@@ -55,14 +55,6 @@ def test_replica_models_default_list_off_and_the_primary_left_out(monkeypatch):
     assert replicas.replica_models("smollm2-135m") == ()
 
 
-def test_a_childs_environment_is_this_ones_changed_and_this_one_is_left_alone(monkeypatch):
-    monkeypatch.setenv("NL_TEST_A", "1")
-    monkeypatch.delenv("NL_TEST_B", raising=False)
-    env = replicas.child_environment({"NL_TEST_A": None, "NL_TEST_B": "2"})
-    assert "NL_TEST_A" not in env and env["NL_TEST_B"] == "2" and env["PATH"] == os.environ["PATH"]
-    assert os.environ["NL_TEST_A"] == "1" and "NL_TEST_B" not in os.environ
-
-
 def test_as_many_replicas_run_at_once_as_the_build_has_threads(monkeypatch):
     monkeypatch.setenv("NORMLIMITS_THREADS", "2")
     assert [replicas.concurrent_replicas(n) for n in (0, 1, 2, 3)] == [1, 1, 2, 2]

@@ -186,3 +186,36 @@ def test_a_chapter_records_its_forward_passes_and_its_replicas(tmp_path, monkeyp
     ctx.finish()
     recorded = timings.read_timings(tmp_path)["vanishing"]
     assert abs(recorded["forward_seconds"] - 5.0) < 1e-9
+
+
+def _timing(chapter: str, seconds: float, forward: float, once: float = 0.0) -> dict:
+    return {"chapter": chapter, "seconds": seconds, "forward_seconds": forward,
+            "one_time_seconds": once, "model": "standin (2.0M params)", "windows": 8}
+
+
+def test_the_wall_time_of_chapters_run_side_by_side_is_the_books_last_row(tmp_path, capsys):
+    """Chapters executed two at a time overlap: the book's summed row stays, and the run's wall
+    time (less one-time work) becomes the last row, on which the goal is judged."""
+    for chapter, seconds, forward, once in (("a", 100.0, 10.0, 20.0), ("b", 60.0, 10.0, 0.0)):
+        (tmp_path / f"{chapter}.timing.json").write_text(json.dumps(_timing(chapter, seconds, forward, once)))
+    read = timings.read_timings(tmp_path)
+    assert timings.read_execution(tmp_path) is None
+    assert [r["chapter"] for r in timings.floor_rows(read)] == ["a", "b", "book"]
+    record = {"chapters_at_once": 2, "threads_each": 1, "wall_seconds": 110.0, "alone_last": [],
+              "executed_seconds": {"a": 100.0, "b": 60.0}}
+    (tmp_path / "chapters-executed.json").write_text(json.dumps(record))
+    execution = timings.read_execution(tmp_path)
+    rows = timings.floor_rows(read, execution)
+    assert rows[-2] == {"chapter": "book", "seconds": 140.0, "forward_seconds": 20.0, "ratio": 7.0}
+    assert rows[-1]["seconds"] == 90.0 and rows[-1]["ratio"] == 4.5 and "2 chapters at once" in rows[-1]["chapter"]
+    html = timings.floor_html(read, execution)
+    assert "4.50 times its forward passes" in html and "executed 2 at a time" in html
+    timings.main([str(tmp_path)])
+    assert "wall time" in capsys.readouterr().out
+    # a run that executed only some of the chapters cannot time the book: the sum is judged
+    partial = {**record, "executed_seconds": {"a": 100.0}}
+    assert timings.wall_row(read, partial) is None
+    assert "7.00 times its forward passes" in timings.floor_html(read, partial)
+    assert "are summed" in timings.floor_html(read, partial)
+    (tmp_path / "chapters-executed.json").write_text("{not json")
+    assert timings.read_execution(tmp_path) is None

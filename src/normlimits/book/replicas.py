@@ -38,6 +38,7 @@ from normlimits.core.settings import MODEL_ENV, THREADS_ENV, SettingError, threa
 from normlimits import claims
 from normlimits.claims import ledger
 from normlimits.core.paths import book_root
+from normlimits.book.kernels import run_in_kernel
 
 REPLICAS_ENV = "NORMLIMITS_REPLICAS"
 REPLICA_OF_ENV = "NORMLIMITS_REPLICA_OF"
@@ -146,19 +147,6 @@ def glue_keys_made(notebook) -> set[str]:
     return keys
 
 
-def child_environment(changes: Mapping[str, str | None]) -> dict[str, str]:
-    """This process's environment with ``changes`` applied (None removes a variable): what a child
-    kernel is started with. The parent's own environment is left as it is, so replicas started
-    side by side cannot see each other's settings."""
-    env = dict(os.environ)
-    for name, value in changes.items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    return env
-
-
 def concurrent_replicas(count: int) -> int:
     """How many of ``count`` replicas run at once: one per thread the build may use
     (:func:`normlimits.core.settings.thread_count`), at least 1."""
@@ -175,19 +163,14 @@ def execute_chapter(source: Path, env: Mapping[str, str | None], *,
     pastes a glue key the executed code never glued (as a reader re-executing it would see).
     """
     import jupytext
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     notebook = jupytext.read(source)
-    client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(source.parent)}})
     settings = ", ".join(f"{k}={v}" for k, v in env.items() if v)
-    start = time.perf_counter()
     try:
-        client.execute(env=child_environment(env))
+        seconds = run_in_kernel(notebook, source.parent, env, timeout=timeout)
     except CellExecutionError as exc:
         raise ReplicaError(f"{source.name} failed with {settings}:\n{str(exc)[-3000:]}") from None
-    seconds = time.perf_counter() - start
     if save_to is not None:
         import nbformat
 

@@ -809,7 +809,8 @@ def _fill(node, rows: list[dict], app, fromdocname: str) -> nodes.Node:
     elif kind == "legend":
         text = legend_html()
     elif kind == "timings":
-        text = timings.floor_html(timings.read_timings(ledger.ledger_dir(_root(app))))
+        folder = ledger.ledger_dir(_root(app))
+        text = timings.floor_html(timings.read_timings(folder), timings.read_execution(folder))
     elif kind == "download":
         text = (f'<p class="ledger-download">Every row below, with every criterion, value and '
                 f'rule, in one file: <a href="{html.escape(_uri(app, fromdocname, LEDGER_FILE))}" '
