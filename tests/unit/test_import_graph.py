@@ -3,13 +3,13 @@ imports itself back through others. Imports inside functions count as much as th
 
 from __future__ import annotations
 
-import ast
 import functools
 from pathlib import Path
 
 import pytest
 
 import normlimits
+from normlimits.core.source_closure import imported_modules, module_files
 
 PACKAGE = Path(normlimits.__file__).resolve().parent
 
@@ -29,35 +29,13 @@ ALLOWED = {
 TOP = {"normlimits", "normlimits.__main__"}
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    return module_files(PACKAGE)
 
 
 def imported(name: str, path: Path, known: set[str]) -> set[str]:
-    """The package's modules ``path`` imports, anywhere in the file (a name imported from a
-    package that is a module of it counts as that module)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "normlimits"}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
-            if module.split(".")[0] != "normlimits":
-                continue
-            for alias in node.names:
-                sub = f"{module}.{alias.name}"
-                found.add(sub if sub in known else module)
-    return {m for m in found if m != name}
+    """The package's modules ``path`` imports by its import statements, anywhere in the file."""
+    return imported_modules(name, path, known, by_name=False)
 
 
 @functools.cache

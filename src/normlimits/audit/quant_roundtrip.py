@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from normlimits.audit.architectures import Skipped, survey
 from normlimits.claims.rules import Rule
-from normlimits.core.cache import package_digest
+from normlimits.core.source_closure import closure_digest
 from normlimits.core.protocol import MAX_LENGTH
 from normlimits.model import heldout
 from normlimits.model.capture_cache import model_fingerprint
@@ -405,12 +405,15 @@ def compare(loaded, corpus, window_count: int, plan: TypePlan, *,
 
 def study_key(loaded, corpus, window_count: int, plan: TypePlan, *, texts: int = HELD_OUT_TEXTS,
               max_length: int | None = None) -> dict:
-    """Everything :func:`compare`'s result depends on (its cache file is named by the digest)."""
+    """Everything :func:`compare`'s result depends on (its cache file is named by the digest):
+    the code is the sources of this module and of every module of the package it imports
+    (:func:`~normlimits.core.source_closure.closure_digest`), so an edit elsewhere in the package
+    (a chapter's helper, the book's Sphinx extensions) keeps the cached result."""
     return {"format": RESULT_FORMAT, "model": loaded.name,
             "model_sha256": model_fingerprint(loaded.model), "plan": plan.describe(),
             "corpus_sha256": corpus.sha256, "windows": int(window_count),
             "length": min(int(loaded.max_positions), int(max_length or MAX_LENGTH)),
-            "texts": int(texts), "package": package_digest(),
+            "texts": int(texts), "code": closure_digest(__name__),
             **{name: metadata.version(name) for name in ("torch", "transformers", "gguf", "numpy")}}
 
 
