@@ -75,7 +75,7 @@ def span(root: Path, name: str) -> list:
 
 @pytest.fixture(autouse=True)
 def _settings(monkeypatch):
-    for name in ("NORMLIMITS_LEDGER_DIR", X.AT_ONCE_ENV):
+    for name in ("NORMLIMITS_LEDGER_DIR", X.AT_ONCE_ENV, "NORMLIMITS_MODEL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NORMLIMITS_THREADS", "2")
     monkeypatch.setattr(X, "thread_count", lambda: 2)      # as on 2 cores, whatever this machine has
@@ -175,8 +175,10 @@ def test_the_order_comes_from_the_last_build_else_the_calibration(tmp_path):
 
     (tmp_path / "vanishing.timing.json").write_text(json.dumps({"seconds": 999.0}))
     (tmp_path / "setup.timing.json").write_text("{damaged")
-    expected = X.expected_seconds(["vanishing", "setup", "unknown"], tmp_path)
+    expected = X.expected_seconds(["vanishing", "setup", "unknown"], tmp_path, model="smollm2-135m")
     assert expected == {"vanishing": 999.0, "setup": CALIBRATION[0].chapters["setup"], "unknown": 0.0}
+    large = CALIBRATION[1]                  # a model a calibration build ran on: that build's times
+    assert X.expected_seconds(["setup"], tmp_path, model=large.model) == {"setup": large.chapters["setup"]}
     assert X.schedule(["a", "cost", "b", "c"], {"a": 1.0, "b": 3.0, "c": 1.0, "cost": 9.0}) == (
         ["b", "a", "c"], ["cost"])
 

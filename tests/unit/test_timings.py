@@ -111,7 +111,7 @@ def test_replicas_side_by_side_are_taken_off_the_chapter_once(tmp_path, monkeypa
     older = {k: v for k, v in read.items() if k != "replica_wall_seconds"}  # one after the other
     assert abs(timings.budgeted_seconds(older) - 0.2 * budget) < 1.0
     line = timings.format_table({"separability": read})
-    assert (f"replicas side by side {budget:.1f} s: on gemma3-270m {0.9 * budget:.1f} s, "
+    assert (f"replicas, wall time {budget:.1f} s: on gemma3-270m {0.9 * budget:.1f} s, "
             f"on standin {0.9 * budget:.1f} s") in line
     with pytest.raises(ValueError, match="replica wall seconds must be >= 0"):
         ctx.replicas_took(-1.0)

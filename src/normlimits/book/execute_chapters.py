@@ -18,7 +18,8 @@ that happens.
 
 Order: the longest chapters first (a greedy schedule on :func:`chapters_at_once` workers), by each
 chapter's time in the last build where its timing file is left, else in the projection's
-calibration build (:data:`normlimits.experiments.book_projection.CALIBRATION`). The pages of
+calibration build on the same model setting, else its first
+(:data:`normlimits.experiments.book_projection.CALIBRATION`). The pages of
 :data:`RUN_ALONE_LAST` run after all others, alone: the cost chapter times workloads for its page,
 and a timing taken beside another chapter would measure the other chapter too.
 
@@ -49,7 +50,7 @@ from normlimits.book.pages import notebook_pages
 from normlimits.claims.ledger import writable_ledger_dir
 from normlimits.core.cache import atomic_write_json
 from normlimits.core.paths import book_root
-from normlimits.core.settings import THREADS_ENV, SettingError, thread_count
+from normlimits.core.settings import MODEL_ENV, THREADS_ENV, SettingError, thread_count
 
 __all__ = ["AT_ONCE_ENV", "RUN_ALONE_LAST", "REPORT_FILE", "BuildSettings", "ChapterFailed",
            "build_settings", "read_page", "chapters_at_once", "schedule", "expected_seconds",
@@ -123,13 +124,14 @@ def chapters_at_once(pages: int) -> int:
     return max(1, min(wanted, pages))
 
 
-def expected_seconds(chapters: list[str], ledger: Path) -> dict[str, float]:
+def expected_seconds(chapters: list[str], ledger: Path, model: str | None = None) -> dict[str, float]:
     """Each chapter's expected execution time (s), for the order only: its time in the last build
-    (its ``<chapter>.timing.json`` in ``ledger``), else in the projection's first calibration
-    build, else 0."""
+    (its ``<chapter>.timing.json`` in ``ledger``), else in the projection's calibration build on
+    ``model`` (default ``NORMLIMITS_MODEL``) or, when none was on it, the first one, else 0."""
     from normlimits.experiments.book_projection import CALIBRATION
 
-    measured = CALIBRATION[0].chapters
+    model = os.environ.get(MODEL_ENV, "").strip() if model is None else model
+    measured = next((b for b in CALIBRATION if b.model == model), CALIBRATION[0]).chapters
     out = {}
     for chapter in chapters:
         try:

@@ -185,8 +185,8 @@ def format_table(timings: dict[str, dict], execution: dict | None = None) -> str
         once = t.get("one_time_seconds", 0.0)
         note = f"  (of which one-time work {once:.1f} s: training or conversion, cached now)" if once else ""
         runs = t.get("replica_seconds", {})
-        if "replica_wall_seconds" in t and runs:     # side by side: their runs overlap
-            note += (f"  (of which replicas side by side {t['replica_wall_seconds']:.1f} s: "
+        if "replica_wall_seconds" in t and runs:     # together (run side by side, they overlap)
+            note += (f"  (of which replicas, wall time {t['replica_wall_seconds']:.1f} s: "
                      + ", ".join(f"on {label} {s:.1f} s" for label, s in runs.items()) + ")")
         else:
             note += "".join(f"  (of which replica on {label} {s:.1f} s)" for label, s in runs.items())

@@ -8,6 +8,10 @@ Two strict builds of the book measured on one machine, one per model size, each 
 on the same model, fix both parts of every chapter (:data:`CALIBRATION`, :func:`chapter_lines`); a
 bench run on any model then projects the book at that model's size (:func:`project`).
 
+The calibration builds executed the chapters one after the other, each on both threads, so the
+projection is of that (``NORMLIMITS_CHAPTERS_AT_ONCE=1``); ``make book`` now executes them side by
+side (:mod:`normlimits.book.execute_chapters`), and its wall time is in the build's timings.
+
 This is a projection, not a measurement: it assumes each chapter's model-dependent part scales
 like the bench's loop (the chapters run the same code paths on the same windows); it is exact at
 the larger calibration build, and at the smaller one unless a chapter grew faster than in
@@ -95,6 +99,8 @@ def project(bench_seconds: float, calibration: tuple[BuildRecord, BuildRecord] =
 def format_projection(projected: dict[str, float], calibration: tuple[BuildRecord, BuildRecord] = CALIBRATION) -> str:
     """Two lines for the bench's output: the projected total and each chapter's share."""
     parts = ", ".join(f"{ch} {s:.0f} s" for ch, s in projected.items() if ch != "total")
-    return (f"Whole book at this size, projected: {projected['total'] / 60:.1f} min ({parts}); "
-            f"linear per chapter between the measured builds on "
-            f"{' and '.join(b.model for b in calibration)} (normlimits.experiments.book_projection).")
+    return (f"Whole book at this size, projected with the chapters one after the other: "
+            f"{projected['total'] / 60:.1f} min ({parts}); linear per chapter between the measured "
+            f"builds on {' and '.join(b.model for b in calibration)} "
+            "(normlimits.experiments.book_projection). make book executes them side by side "
+            "(normlimits execute-chapters), which this projection does not model.")
