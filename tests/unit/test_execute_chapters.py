@@ -150,11 +150,12 @@ def test_a_failing_chapter_is_named_not_cached_and_the_cost_chapter_not_run(tmp_
     assert "bad.md failed to execute" in capsys.readouterr().err
 
 
-def test_only_a_cache_can_be_filled_ahead(tmp_path, capsys):
+def test_only_a_cache_can_be_filled_ahead_and_another_mode_is_left_to_sphinx(tmp_path, capsys):
     root = make_book(tmp_path / "tiny", {"one": ""}, mode="force")
     with pytest.raises(SettingError, match="execute_notebooks is 'force'.*set it to cache"):
         X.execute_into_cache(root, log=lambda *_: None)
-    assert X.main([str(root)]) == 2
+    assert X.main([str(root)]) == 0                 # make book goes on; Sphinx executes as asked
+    assert "nothing executed ahead" in capsys.readouterr().out and not (root / "one.span").exists()
     assert X.main([str(tmp_path)]) == 2 and "no book" in capsys.readouterr().err
 
 

@@ -243,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         print("normlimits execute-chapters: no book (a folder with _config.yml and _toc.yml) above "
               "the current folder; run it from the book's folder", file=sys.stderr)
         return 2
+    mode = build_settings(root).mode
+    if mode != "cache":       # the book asks Sphinx to execute (force, auto) or not at all (off)
+        print(f"normlimits execute-chapters: nothing executed ahead: {root / '_config.yml'} sets "
+              f"execute.execute_notebooks to {mode!r}, so the build executes the chapters as that "
+              "says (one after the other); set it to cache to have them executed side by side first")
+        return 0
     try:
         record = execute_into_cache(root)
     except SettingError as exc:
