@@ -165,9 +165,9 @@ def test_how_many_chapters_at_once(monkeypatch):
     assert X.chapters_at_once(5) == 1
     monkeypatch.setenv(X.AT_ONCE_ENV, "3")
     assert X.chapters_at_once(5) == 3 and X.chapters_at_once(2) == 2
-    for bad in ("0", "-1", "two"):
+    for bad, why in (("0", "must be at least 1"), ("-1", "must be at least 1"), ("two", "is not an integer")):
         monkeypatch.setenv(X.AT_ONCE_ENV, bad)
-        with pytest.raises(SettingError, match=f"{X.AT_ONCE_ENV}='{bad}' is not a positive integer"):
+        with pytest.raises(SettingError, match=f"{X.AT_ONCE_ENV}='{bad}' {why}; set it to a positive integer"):
             X.chapters_at_once(5)
 
 

@@ -50,7 +50,8 @@ from normlimits.book.pages import notebook_pages
 from normlimits.claims.ledger import writable_ledger_dir
 from normlimits.core.cache import atomic_write_json
 from normlimits.core.paths import book_root
-from normlimits.core.settings import MODEL_ENV, THREADS_ENV, SettingError, thread_count
+from normlimits.core.settings import (MODEL_ENV, THREADS_ENV, SettingError, positive_int_setting,
+                                      thread_count)
 
 __all__ = ["AT_ONCE_ENV", "RUN_ALONE_LAST", "REPORT_FILE", "BuildSettings", "ChapterFailed",
            "build_settings", "read_page", "chapters_at_once", "schedule", "expected_seconds",
@@ -109,19 +110,7 @@ def chapters_at_once(pages: int) -> int:
     """How many of ``pages`` execute at once: ``NORMLIMITS_CHAPTERS_AT_ONCE`` if set (a positive
     integer), else one per thread (:func:`~normlimits.core.settings.thread_count`); at most
     ``pages``, at least 1."""
-    raw = os.environ.get(AT_ONCE_ENV, "").strip()
-    if raw:
-        try:
-            wanted = int(raw)
-        except ValueError:
-            wanted = 0
-        if wanted < 1:
-            raise SettingError(f"{AT_ONCE_ENV}={raw!r} is not a positive integer; set it to how many "
-                               "chapters may execute at once (1: one after the other), or unset it "
-                               f"for one per thread of {THREADS_ENV}.")
-    else:
-        wanted = thread_count()
-    return max(1, min(wanted, pages))
+    return max(1, min(positive_int_setting(AT_ONCE_ENV, thread_count()), pages))
 
 
 def expected_seconds(chapters: list[str], ledger: Path, model: str | None = None) -> dict[str, float]:
@@ -152,9 +141,11 @@ def schedule(chapters: list[str], expected: dict[str, float]) -> tuple[list[str]
     return together, last
 
 
-def execute_into_cache(root: Path, *, at_once: int | None = None, log=print) -> dict:
+def execute_into_cache(root: Path, *, at_once: int | None = None, settings: BuildSettings | None = None,
+                       log=print) -> dict:
     """Execute every notebook page of the book at ``root`` that its execution cache does not hold,
     ``at_once`` at a time (default :func:`chapters_at_once`), and cache each as myst-nb would.
+    ``settings``: the book's :func:`build_settings`, if already read.
     Returns the run's record (also written to the ledger folder as :data:`REPORT_FILE`).
 
     Raises :class:`ChapterFailed` when a chapter fails (or its kernel dies), once the chapters
@@ -167,7 +158,7 @@ def execute_into_cache(root: Path, *, at_once: int | None = None, log=print) -> 
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     root = Path(root).resolve()
-    settings = build_settings(root)
+    settings = settings or build_settings(root)
     if settings.mode != "cache":
         raise SettingError(f"execute.execute_notebooks is {settings.mode!r} in {root / '_config.yml'}; "
                            "chapters are executed ahead of the build only into a cache (set it to "
@@ -243,14 +234,15 @@ def main(argv: list[str] | None = None) -> int:
         print("normlimits execute-chapters: no book (a folder with _config.yml and _toc.yml) above "
               "the current folder; run it from the book's folder", file=sys.stderr)
         return 2
-    mode = build_settings(root).mode
+    settings = build_settings(root)
+    mode = settings.mode
     if mode != "cache":       # the book asks Sphinx to execute (force, auto) or not at all (off)
         print(f"normlimits execute-chapters: nothing executed ahead: {root / '_config.yml'} sets "
               f"execute.execute_notebooks to {mode!r}, so the build executes the chapters as that "
               "says (one after the other); set it to cache to have them executed side by side first")
         return 0
     try:
-        record = execute_into_cache(root)
+        record = execute_into_cache(root, settings=settings)
     except SettingError as exc:
         print(f"normlimits execute-chapters: {exc}", file=sys.stderr)
         return 2

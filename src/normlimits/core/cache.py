@@ -334,13 +334,19 @@ def atomic_save_dir(directory: Path, fill: Callable[[Path], None]) -> Path:
     return directory
 
 
-def package_digest(root: Path | None = None) -> str:
-    """sha256 over the package's Python sources (paths and contents, in sorted order)."""
-    root = root or Path(__file__).resolve().parents[1]    # the package: normlimits/core/cache.py
+def sources_digest(root: Path, paths) -> str:
+    """sha256 over ``paths`` (files under ``root``), in the order given: each one's path relative
+    to ``root`` and its contents."""
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
+    for path in paths:
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(b"\0")
         digest.update(path.read_bytes())
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def package_digest(root: Path | None = None) -> str:
+    """sha256 over the package's Python sources (paths and contents, in sorted order)."""
+    root = root or Path(__file__).resolve().parents[1]    # the package: normlimits/core/cache.py
+    return sources_digest(root, sorted(root.rglob("*.py")))

@@ -59,7 +59,9 @@ def cache_dir() -> Path:
     return path
 
 
-def _positive_int(env: str, default: int) -> int:
+def positive_int_setting(env: str, default: int) -> int:
+    """The positive integer the environment variable ``env`` holds, ``default`` when it is unset or
+    empty; anything else is a :class:`SettingError` naming the setting, its value and the remedy."""
     raw = os.environ.get(env)
     if raw is None or raw.strip() == "":
         return default
@@ -81,7 +83,7 @@ def window_count(count: int | None = None) -> int:
             raise SettingError(f"the window count must be at least 1 (got {count}); "
                                f"pass a positive count or set {WINDOWS_ENV}.")
         return count
-    return _positive_int(WINDOWS_ENV, DEFAULT_WINDOWS)
+    return positive_int_setting(WINDOWS_ENV, DEFAULT_WINDOWS)
 
 
 def available_cores() -> int:
@@ -95,7 +97,7 @@ def available_cores() -> int:
 def thread_count() -> int:
     """torch CPU threads from ``NORMLIMITS_THREADS`` (default 2), capped at the cores available
     (more threads than cores only slows torch down; a warning says so)."""
-    requested = _positive_int(THREADS_ENV, DEFAULT_THREADS)
+    requested = positive_int_setting(THREADS_ENV, DEFAULT_THREADS)
     cores = available_cores()
     if requested > cores and os.environ.get(THREADS_ENV, "").strip():
         import warnings

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 from pathlib import Path
+
+from normlimits.core.cache import sources_digest
 
 __all__ = ["PACKAGE", "module_files", "imported_modules", "source_closure", "closure_digest"]
 
@@ -107,11 +108,4 @@ def closure_digest(module: str, package: Path = PACKAGE) -> str:
     """sha256 over the paths and contents of :func:`source_closure`'s files, read now (so an edit
     made since the import graph was read still changes it)."""
     files = module_files(package)
-    digest = hashlib.sha256()
-    for name in source_closure(module, package):
-        path = files[name]
-        digest.update(path.relative_to(package).as_posix().encode())
-        digest.update(b"\0")
-        digest.update(path.read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()
+    return sources_digest(package, [files[name] for name in source_closure(module, package)])
