@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from normlimits import claims
@@ -23,6 +25,12 @@ def test_the_chapters_were_executed_ahead_and_sphinx_executed_none(built_book):
     log = (built_book / "build.log").read_text()
     assert re.search(r"\d+ chapters executed in \d+ s \(\d+ at once", log), log[-3000:]
     assert "Executing notebook" not in log, "Sphinx executed a chapter the step before it had cached"
+    # the record says where each executed chapter's time went: its slowest cells, within its time
+    record = json.loads((built_book / "ledger" / "chapters-executed.json").read_text())
+    assert record["executed_seconds"] and set(record["slowest_cells"]) == set(record["executed_seconds"])
+    for name, cells in record["slowest_cells"].items():
+        assert cells and sum(c["seconds"] for c in cells) <= record["executed_seconds"][name] + 0.1, name
+    assert re.search(r"slowest cell \d+ \(\d+ s\)", log), log[-3000:]
 
 
 def _rows(built_book):

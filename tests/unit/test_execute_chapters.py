@@ -111,6 +111,18 @@ def test_side_by_side_longest_first_then_the_cost_chapter_alone_on_every_thread(
     assert short[0] < long[1] and long[0] < short[1], "the two chapters did not run at the same time"
     assert cost[0] >= max(short[1], long[1]), "the cost chapter started before the others ended"
     assert record["wall_seconds"] < sum(record["executed_seconds"].values())
+    # where each chapter's time went: its first code cell slept 2.5 s (the other one imports myst-nb)
+    slowest = {c["line"]: c for c in record["slowest_cells"]["long"]}
+    assert set(slowest) == {"import json, os, time", "from myst_nb import glue"}
+    assert slowest["import json, os, time"]["seconds"] >= 2.5
+    assert sum(c["seconds"] for c in slowest.values()) <= record["executed_seconds"]["long"] + 0.1
+    assert set(record["slowest_cells"]) == {"short", "long", "cost"}
+    # the timing is not stored with the cached notebooks (myst-nb stores them without)
+    from jupyter_cache import get_cache
+    stored = [get_cache(str(root / "_build" / ".jupyter_cache")).get_cache_bundle(r.pk).nb
+              for r in get_cache(str(root / "_build" / ".jupyter_cache")).list_cache_records()]
+    assert len(stored) == 3
+    assert all("execution" not in c.metadata for nb in stored for c in nb.cells)
     cached = X.execute_into_cache(root, log=lambda *_: None)          # nothing left to execute
     assert cached["executed_seconds"] == {} and sorted(cached["from_cache"]) == ["cost", "long", "short"]
     assert json.loads((root / "_build" / "ledger" / X.REPORT_FILE).read_text()) == record   # kept

@@ -42,3 +42,27 @@ def test_a_failing_cell_raises_and_later_cells_do_not_run(tmp_path):
     with pytest.raises(CellExecutionError, match="planted"):
         kernels.run_in_kernel(nb, tmp_path, {}, timeout=60)
     assert nb.cells[1].outputs == []
+
+
+def test_each_cells_time_is_read_from_the_recorded_timing_and_can_be_dropped(tmp_path):
+    nb = _notebook("x = 1", "\n\nimport time; time.sleep(0.5)", "y = 2")
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell("# not timed"))
+    kernels.run_in_kernel(nb, tmp_path, {}, timeout=60, record_timing=True)
+    timed = kernels.cell_seconds(nb)
+    assert [(i, line) for i, _, line in timed] == [(1, "x = 1"), (2, "import time; time.sleep(0.5)"),
+                                                   (3, "y = 2")]
+    assert 0.5 <= timed[1][1] < 30 and timed[0][1] < 0.5
+    slowest = kernels.slowest_cells(nb, 2)
+    assert [c["cell"] for c in slowest] == [2, max((1, 3), key=lambda i: timed[i - 1][1])]
+    assert slowest[0] == {"cell": 2, "seconds": round(timed[1][1], 1), "line": "import time; time.sleep(0.5)"}
+    kernels.drop_cell_timing(nb)
+    assert all("execution" not in c.metadata for c in nb.cells) and kernels.cell_seconds(nb) == []
+    assert kernels.slowest_cells(nb) == []
+
+
+def test_a_cell_without_both_moments_is_not_timed():
+    nb = _notebook("a = 1", "b = 2")
+    nb.cells[0].metadata["execution"] = {"iopub.execute_input": "2026-12-07T03:00:00.000000Z",
+                                         "shell.execute_reply": "2026-12-07T03:00:02.250000Z"}
+    nb.cells[1].metadata["execution"] = {"iopub.execute_input": "2026-12-07T03:00:02.300000Z"}
+    assert kernels.cell_seconds(nb) == [(0, 2.25, "a = 1")]

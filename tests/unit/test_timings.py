@@ -219,3 +219,21 @@ def test_the_wall_time_of_chapters_run_side_by_side_is_the_books_last_row(tmp_pa
     assert "are summed" in timings.floor_html(read, partial)
     (tmp_path / "chapters-executed.json").write_text("{not json")
     assert timings.read_execution(tmp_path) is None
+
+
+def test_the_table_says_where_each_chapter_spent_its_time_when_the_record_kept_its_cells():
+    recorded = {"vanishing": {"seconds": 130.0, "model": "m"}, "distances": {"seconds": 50.0, "model": "m"}}
+    execution = {"chapters_at_once": 2, "threads_each": 1, "wall_seconds": 140.0, "executed_seconds":
+                 {"vanishing": 130.0, "distances": 50.0},
+                 "slowest_cells": {"vanishing": [{"cell": 7, "seconds": 90.5, "line": "sweep = V.sweep()"},
+                                                 {"cell": 3, "seconds": 20.0, "line": "x = 1"},
+                                                 {"cell": 9, "seconds": 4.3, "line": "y = 2"}],
+                                   "other": [{"cell": 1, "seconds": 1.0, "line": "z"}]}}
+    lines = timings.slowest_cell_lines(recorded, execution)
+    assert lines[0].startswith("slowest cells") and len(lines) == 2       # only the table's chapters
+    assert "vanishing" in lines[1] and "cell 7: 90.5 s (sweep = V.sweep())" in lines[1]
+    assert lines[1].endswith("next: 20.0, 4.3 s")
+    assert lines[1] in timings.format_table(recorded, execution).splitlines()
+    assert timings.slowest_cell_lines(recorded, {**execution, "slowest_cells": {}}) == []
+    assert timings.slowest_cell_lines(recorded, None) == []
+    assert "slowest cells" not in timings.format_table(recorded)

@@ -24,8 +24,10 @@ calibration build on the same model setting, else its first
 and a timing taken beside another chapter would measure the other chapter too.
 
 The run is recorded in the ledger folder (:data:`REPORT_FILE`): how many at once, the wall time of
-the whole execution and each chapter's, and which pages came from the cache, so the build's
-timings can set the chapters' summed time beside the time the build actually took.
+the whole execution and each chapter's, each chapter's slowest cells (:data:`SLOWEST_CELLS`, from
+``nbclient``'s cell timing, removed again before the notebook is cached) and which pages came from
+the cache, so the build's timings can set the chapters' summed time beside the time the build
+actually took, and a reader can see where a chapter's time goes.
 
 ``NORMLIMITS_CHAPTERS_AT_ONCE``: how many chapters execute at once (default: one per thread of
 ``NORMLIMITS_THREADS``; 1 runs them one after the other, each on every thread, as Sphinx would).
@@ -45,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from normlimits.book.kernels import run_in_kernel
+from normlimits.book.kernels import drop_cell_timing, run_in_kernel, slowest_cells
 from normlimits.book.pages import notebook_pages
 from normlimits.claims.ledger import writable_ledger_dir
 from normlimits.core.cache import atomic_write_json
@@ -62,6 +64,8 @@ AT_ONCE_ENV = "NORMLIMITS_CHAPTERS_AT_ONCE"
 RUN_ALONE_LAST = ("cost",)
 #: the run's record, in the ledger folder (``*.timing.json`` are the chapters' own)
 REPORT_FILE = "chapters-executed.json"
+#: the slowest cells the record keeps per chapter (where a chapter's time goes)
+SLOWEST_CELLS = 5
 
 
 class ChapterFailed(RuntimeError):
@@ -182,6 +186,7 @@ def execute_into_cache(root: Path, *, at_once: int | None = None, settings: Buil
     together, last = schedule(list(notebooks), expected)
     threads = {THREADS_ENV: str(max(1, thread_count() // width))} if width > 1 else {}
     seconds: dict[str, float] = {}
+    cells: dict[str, list[dict]] = {}
 
     def run(name: str, changes: dict) -> None:
         notebook, path = notebooks[name], pages[name]
@@ -191,9 +196,11 @@ def execute_into_cache(root: Path, *, at_once: int | None = None, settings: Buil
         log(f"executing {name} ({', '.join(f'{k}={v}' for k, v in changes.items()) or 'every thread'})")
         try:
             took = run_in_kernel(notebook, path.parent, changes, timeout=settings.timeout,
-                                 record_timing=False)
+                                 record_timing=True)
         except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
             raise ChapterFailed(f"{path.relative_to(root)} failed to execute:\n{str(exc)[-3000:]}") from None
+        cells[name] = slowest_cells(notebook, SLOWEST_CELLS)
+        drop_cell_timing(notebook)          # stored as myst-nb stores it: without the timing
         with database:
             cache.cache_notebook_bundle(CacheBundleIn(notebook, stage.uri, data={"execution_seconds": took}),
                                         check_validity=False, overwrite=True)
@@ -216,7 +223,7 @@ def execute_into_cache(root: Path, *, at_once: int | None = None, settings: Buil
               "wall_seconds": round(time.perf_counter() - start, 1),
               "side_by_side_wall_seconds": round(together_wall, 1), "side_by_side": together,
               "alone_last": last, "executed_seconds": {k: round(v, 1) for k, v in seconds.items()},
-              "from_cache": cached}
+              "from_cache": cached, "slowest_cells": {k: cells[k] for k in seconds if k in cells}}
     if notebooks:           # a run that executed nothing keeps the record of the one that did
         atomic_write_json(ledger / REPORT_FILE, record)
     if failures:
@@ -253,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(executed)} chapters executed in {record['wall_seconds']:.0f} s "
           f"({record['chapters_at_once']} at once; their own times add up to "
           f"{sum(executed.values()):.0f} s); {len(record['from_cache'])} taken from the cache")
+    for name, took in sorted(executed.items(), key=lambda item: -item[1]):
+        top = record["slowest_cells"].get(name) or [{}]
+        print(f"  {name}: {took:.0f} s" + (f"; slowest cell {top[0]['cell']} ({top[0]['seconds']:.0f} s): "
+                                            f"{top[0]['line']}" if top[0] else ""))
     return 0
 
 

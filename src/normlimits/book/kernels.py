@@ -5,16 +5,25 @@ The book starts kernels outside Sphinx in two places: a chapter's replays on oth
 (:mod:`normlimits.book.execute_chapters`). Both give each kernel its settings through the
 kernel's environment alone (:func:`child_environment`), so kernels started at the same time from
 one process cannot see each other's settings and the parent's environment never changes.
+
+What each cell took is read from the timing ``nbclient`` records in the cells' metadata
+(:func:`slowest_cells`) and can be removed again before the notebook is stored
+(:func:`drop_cell_timing`), so a notebook executed with timing is stored as one executed without.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["child_environment", "run_in_kernel"]
+__all__ = ["child_environment", "run_in_kernel", "cell_seconds", "slowest_cells", "drop_cell_timing"]
+
+#: the two moments of ``nbclient``'s cell timing between which a cell ran: its code reached the
+#: kernel, and the kernel replied that it had finished
+TIMING_KEYS = ("iopub.execute_input", "shell.execute_reply")
 
 
 def child_environment(changes: Mapping[str, str | None]) -> dict[str, str]:
@@ -47,3 +56,37 @@ def run_in_kernel(notebook, folder: Path, changes: Mapping[str, str | None], *, 
     start = time.perf_counter()
     client.execute(env=child_environment(changes))
     return time.perf_counter() - start
+
+
+def _moment(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def cell_seconds(notebook) -> list[tuple[int, float, str]]:
+    """``(index, seconds, first line)`` of every code cell of ``notebook`` whose run was timed
+    (executed with ``record_timing``), in the notebook's order: ``index`` counts every cell, the
+    line is the first non-blank line of the cell's source. Cells without both timing moments are
+    left out."""
+    out = []
+    for index, cell in enumerate(notebook.cells):
+        timing = cell.get("metadata", {}).get("execution", {})
+        if cell.get("cell_type") != "code" or not all(k in timing for k in TIMING_KEYS):
+            continue
+        seconds = (_moment(timing[TIMING_KEYS[1]]) - _moment(timing[TIMING_KEYS[0]])).total_seconds()
+        line = next((s.strip() for s in str(cell.get("source", "")).splitlines() if s.strip()), "")
+        out.append((index, seconds, line))
+    return out
+
+
+def slowest_cells(notebook, count: int = 5) -> list[dict]:
+    """The ``count`` timed code cells of ``notebook`` that took longest, longest first:
+    ``{"cell": index, "seconds": s (0.1 s), "line": first line}`` (:func:`cell_seconds`)."""
+    timed = sorted(cell_seconds(notebook), key=lambda t: (-t[1], t[0]))[:max(0, count)]
+    return [{"cell": i, "seconds": round(s, 1), "line": line[:120]} for i, s, line in timed]
+
+
+def drop_cell_timing(notebook) -> None:
+    """Remove the timing ``nbclient`` recorded in each cell's metadata (in place), leaving the
+    notebook as one executed without ``record_timing``."""
+    for cell in notebook.cells:
+        cell.get("metadata", {}).pop("execution", None)

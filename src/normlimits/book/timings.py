@@ -209,7 +209,23 @@ def format_table(timings: dict[str, dict], execution: dict | None = None) -> str
                      if wall["ratio"] is not None else
                      f"{'wall time':<14} {execution['wall_seconds']:>8.1f}  ({execution['chapters_at_once']} "
                      "chapters at once)")
-    return "\n".join(lines)
+    return "\n".join(lines + slowest_cell_lines(timings, execution))
+
+
+def slowest_cell_lines(timings: dict[str, dict], execution: dict | None) -> list[str]:
+    """Where each chapter of ``timings`` spent its time, from the execution record's slowest cells
+    (:mod:`normlimits.book.execute_chapters`): a heading, then one line per chapter with its
+    slowest cell (index, seconds, first line of code) and what the next ones took; no lines when the
+    record kept no cells for them."""
+    cells = (execution or {}).get("slowest_cells") or {}
+    lines = []
+    for ch in timings:
+        top = cells.get(ch)
+        if top:
+            rest = ", ".join(f"{c['seconds']:.1f}" for c in top[1:])
+            lines.append(f"  {ch:<14} cell {top[0]['cell']}: {top[0]['seconds']:.1f} s ({top[0]['line']})"
+                         + (f"; next: {rest} s" if rest else ""))
+    return ["slowest cells (executed side by side, seconds each):", *lines] if lines else []
 
 
 def main(argv: list[str] | None = None) -> int:
