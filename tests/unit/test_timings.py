@@ -237,3 +237,24 @@ def test_the_table_says_where_each_chapter_spent_its_time_when_the_record_kept_i
     assert timings.slowest_cell_lines(recorded, {**execution, "slowest_cells": {}}) == []
     assert timings.slowest_cell_lines(recorded, None) == []
     assert "slowest cells" not in timings.format_table(recorded)
+
+
+
+def test_one_time_work_lowers_the_wall_time_by_what_it_added_to_the_schedule(tmp_path):
+    """Two at once: one-time work on the chapter that ends last shortens the run by that much; on
+    the chapter that ends first it shortened nothing (the other worker set the wall time)."""
+    def row(once_a, once_b, wall):
+        read = {"a": _timing("a", 100.0, 10.0, once_a), "b": _timing("b", 60.0, 10.0, once_b),
+                "c": _timing("c", 30.0, 5.0, 0.0)}
+        record = {"chapters_at_once": 2, "threads_each": 1, "wall_seconds": wall, "side_by_side": ["a", "b"],
+                  "alone_last": ["c"], "executed_seconds": {"a": 100.0, "b": 60.0, "c": 30.0}}
+        return timings.wall_row(read, record)
+
+    assert timings.replayed_wall({"a": 100.0, "b": 60.0, "c": 30.0}, ["a", "b"], 2, ["c"]) == 130.0
+    assert timings.replayed_wall({"a": 10.0, "b": 20.0, "d": 5.0}, ["a", "b", "d"], 2, []) == 20.0
+    assert timings.replayed_wall({"a": 10.0, "b": 20.0}, ["a", "b"], 1, []) == 30.0
+    assert row(0.0, 0.0, 135.0)["seconds"] == 135.0                 # measured, nothing to take off
+    assert row(30.0, 0.0, 135.0)["seconds"] == 105.0                # a: 100 -> 70, b's 60 is not the end
+    assert row(0.0, 40.0, 135.0)["seconds"] == 135.0                # b ended first: the wall is a's
+    assert row(50.0, 0.0, 135.0)["seconds"] == 95.0                 # a: 100 -> 50, now b (60) ends last
+    assert row(50.0, 0.0, 135.0)["ratio"] == 95.0 / 25.0

@@ -82,17 +82,41 @@ def read_execution(directory: Path | None = None) -> dict | None:
     return record if isinstance(record, dict) and "wall_seconds" in record else None
 
 
+def replayed_wall(seconds: dict[str, float], order: list[str], width: int, last: list[str]) -> float:
+    """The wall time of the run :mod:`normlimits.book.execute_chapters` makes: ``order``'s
+    chapters taken in turn by ``width`` workers (each by the first one free), then those of
+    ``last`` one after the other; ``seconds``: each chapter's time."""
+    free = [0.0] * max(1, int(width))
+    for chapter in order:
+        worker = free.index(min(free))
+        free[worker] += float(seconds.get(chapter, 0.0))
+    return max(free) + sum(float(seconds.get(chapter, 0.0)) for chapter in last)
+
+
 def wall_row(timings: dict[str, dict], execution: dict | None) -> dict | None:
     """The book's row measured by the clock instead of summed: the wall time of the run that
-    executed every chapter of ``timings`` (``execution``, :func:`read_execution`), less their
-    one-time work, against their forward passes. None unless that run executed exactly these
-    chapters (after a run that executed some of them only, their times come from two builds)."""
+    executed every chapter of ``timings`` (``execution``, :func:`read_execution`), less what its
+    one-time work added to it, against their forward passes. None unless that run executed
+    exactly these chapters (after a run that executed some of them only, their times come from
+    two builds).
+
+    One-time work (a training, a conversion) held up one worker only, so the wall time is
+    lowered by what it added to the run's schedule: the schedule replayed with each chapter's
+    time (:func:`replayed_wall`, in the run's order) less the same replayed without the one-time
+    work, never by the one-time seconds themselves (which would credit the other workers' time
+    too). With no one-time work the row is the measured wall time."""
     if not execution or set(execution.get("executed_seconds", {})) != set(timings) or not timings:
         return None
     if any("forward_seconds" not in t for t in timings.values()):
         return None
-    once = sum(t.get("one_time_seconds", 0.0) for t in timings.values())
-    run = max(float(execution["wall_seconds"]) - once, 0.0)
+    executed = {c: float(s) for c, s in execution["executed_seconds"].items()}
+    last = [c for c in execution.get("alone_last", []) if c in executed]
+    order = [c for c in execution.get("side_by_side", []) if c in executed and c not in last]
+    order += [c for c in executed if c not in order and c not in last]
+    width = int(execution.get("chapters_at_once", 1))
+    recurring = {c: max(s - float(timings[c].get("one_time_seconds", 0.0)), 0.0) for c, s in executed.items()}
+    added = replayed_wall(executed, order, width, last) - replayed_wall(recurring, order, width, last)
+    run = max(float(execution["wall_seconds"]) - added, 0.0)
     forward = sum(float(t["forward_seconds"]) for t in timings.values())
     return {"chapter": f"book, wall time ({execution['chapters_at_once']} chapters at once)",
             "seconds": run, "forward_seconds": forward, "ratio": run / forward if forward > 0 else None}
