@@ -249,7 +249,7 @@ def slowest_cell_lines(timings: dict[str, dict], execution: dict | None) -> list
             rest = ", ".join(f"{c['seconds']:.1f}" for c in top[1:])
             lines.append(f"  {ch:<14} cell {top[0]['cell']}: {top[0]['seconds']:.1f} s ({top[0]['line']})"
                          + (f"; next: {rest} s" if rest else ""))
-    return ["slowest cells (executed side by side, seconds each):", *lines] if lines else []
+    return ["slowest cells (seconds each, as executed by make book):", *lines] if lines else []
 
 
 def main(argv: list[str] | None = None) -> int:
