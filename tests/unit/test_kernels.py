@@ -57,7 +57,7 @@ def test_each_cells_time_is_read_from_the_recorded_timing_and_can_be_dropped(tmp
     assert slowest[0] == {"cell": 2, "seconds": round(timed[1][1], 1), "line": "import time; time.sleep(0.5)"}
     kernels.drop_cell_timing(nb)
     assert all("execution" not in c.metadata for c in nb.cells) and kernels.cell_seconds(nb) == []
-    assert kernels.slowest_cells(nb) == []
+    assert kernels.slowest_cells(nb, 2) == []
 
 
 def test_a_cell_without_both_moments_is_not_timed():

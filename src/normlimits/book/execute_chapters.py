@@ -223,7 +223,7 @@ def execute_into_cache(root: Path, *, at_once: int | None = None, settings: Buil
               "wall_seconds": round(time.perf_counter() - start, 1),
               "side_by_side_wall_seconds": round(together_wall, 1), "side_by_side": together,
               "alone_last": last, "executed_seconds": {k: round(v, 1) for k, v in seconds.items()},
-              "from_cache": cached, "slowest_cells": {k: cells[k] for k in seconds if k in cells}}
+              "from_cache": cached, "slowest_cells": {k: cells[k] for k in seconds}}
     if notebooks:           # a run that executed nothing keeps the record of the one that did
         atomic_write_json(ledger / REPORT_FILE, record)
     if failures:
@@ -261,9 +261,9 @@ def main(argv: list[str] | None = None) -> int:
           f"({record['chapters_at_once']} at once; their own times add up to "
           f"{sum(executed.values()):.0f} s); {len(record['from_cache'])} taken from the cache")
     for name, took in sorted(executed.items(), key=lambda item: -item[1]):
-        top = record["slowest_cells"].get(name) or [{}]
-        print(f"  {name}: {took:.0f} s" + (f"; slowest cell {top[0]['cell']} ({top[0]['seconds']:.0f} s): "
-                                            f"{top[0]['line']}" if top[0] else ""))
+        top = record["slowest_cells"].get(name)
+        slowest = f"; slowest cell {top[0]['cell']} ({top[0]['seconds']:.0f} s): {top[0]['line']}" if top else ""
+        print(f"  {name}: {took:.0f} s{slowest}")
     return 0
 
 

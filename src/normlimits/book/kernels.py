@@ -58,10 +58,6 @@ def run_in_kernel(notebook, folder: Path, changes: Mapping[str, str | None], *, 
     return time.perf_counter() - start
 
 
-def _moment(stamp: str) -> datetime:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-
-
 def cell_seconds(notebook) -> list[tuple[int, float, str]]:
     """``(index, seconds, first line)`` of every code cell of ``notebook`` whose run was timed
     (executed with ``record_timing``), in the notebook's order: ``index`` counts every cell, the
@@ -72,13 +68,14 @@ def cell_seconds(notebook) -> list[tuple[int, float, str]]:
         timing = cell.get("metadata", {}).get("execution", {})
         if cell.get("cell_type") != "code" or not all(k in timing for k in TIMING_KEYS):
             continue
-        seconds = (_moment(timing[TIMING_KEYS[1]]) - _moment(timing[TIMING_KEYS[0]])).total_seconds()
+        start, end = (datetime.fromisoformat(timing[key]) for key in TIMING_KEYS)    # 'Z' read as UTC
+        seconds = (end - start).total_seconds()
         line = next((s.strip() for s in str(cell.get("source", "")).splitlines() if s.strip()), "")
         out.append((index, seconds, line))
     return out
 
 
-def slowest_cells(notebook, count: int = 5) -> list[dict]:
+def slowest_cells(notebook, count: int) -> list[dict]:
     """The ``count`` timed code cells of ``notebook`` that took longest, longest first:
     ``{"cell": index, "seconds": s (0.1 s), "line": first line}`` (:func:`cell_seconds`)."""
     timed = sorted(cell_seconds(notebook), key=lambda t: (-t[1], t[0]))[:max(0, count)]
