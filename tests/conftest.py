@@ -100,6 +100,28 @@ def make_tiny_gpt2(n_layer=2, n_head=4, n_embd=32, n_positions=64, vocab=300, se
     return GPT2LMHeadModel(config).eval()
 
 
+def capture_parity(loaded, ids, atol=1e-6):
+    """Assert that the captures of ``ids`` [windows, L] match ``loaded``'s own attentions (and a
+    softmax recomputed from the captured queries and keys) within ``atol``, that the hidden states
+    are the model's exactly and that masked keys get weight 0; returns the captured batch."""
+    from normlimits.model.capture import capture_batch
+
+    with torch.no_grad():
+        out = loaded.model(ids, output_attentions=True, output_hidden_states=True)
+    batch = capture_batch(loaded, ids)
+    weights = batch.weights()
+    length = ids.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    for layer, reference in enumerate(out.attentions):
+        assert torch.allclose(weights[:, layer], reference, atol=atol), layer
+        q, k = batch.queries[:, layer], batch.keys[:, layer]
+        recomputed = (q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5).masked_fill(~causal, float("-inf")).softmax(-1)
+        assert torch.allclose(recomputed, reference, atol=atol), layer
+        assert torch.equal(batch.hidden[:, layer], out.hidden_states[layer])
+    assert bool((weights.triu(1) == 0).all()), "masked keys get weight exactly 0"
+    return batch
+
+
 def make_tiny_gemma3(layer_types=("sliding_attention", "full_attention", "sliding_attention"),
                      sliding_window=8, positions=64, vocab=300, seed=0):
     """A tiny randomly initialised Gemma 3 (eager attention, eval mode): one layer per entry of

@@ -8,7 +8,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from conftest import make_tiny_gpt2
+from conftest import capture_parity, make_tiny_gpt2
 from normlimits.model import standin
 from normlimits.model.standin import Phase
 
@@ -94,6 +94,17 @@ def test_standin_is_cached_and_beats_bigram_in_every_band(recipe):
     second = time.perf_counter()
     standin.load_standin(recipe=recipe)
     assert time.perf_counter() - second < 30, "a cached stand-in loads in seconds"
+
+
+def test_captures_of_the_trained_standin_match_its_own_attentions():
+    """Capture parity on the trained stand-in (two 256-token windows of the corpus). A model-tier
+    test: on a new machine it is the first to need the stand-in, whose training (about 9 minutes)
+    would otherwise make the unit tier slow."""
+    from normlimits.model.corpus import load_corpus, token_windows
+
+    loaded = standin.load_standin()
+    ids = token_windows(loaded, load_corpus(), 256, 2)
+    capture_parity(loaded, ids, atol=1e-5)
 
 
 def test_position_table_extension_keeps_trained_rows_and_extrapolates_the_rest():

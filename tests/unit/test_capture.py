@@ -1,11 +1,12 @@
-"""Capture parity: captured weights equal transformers' own attentions and a recomputed softmax."""
+"""Capture parity: captured weights equal transformers' own attentions and a recomputed softmax
+(on tiny models; the parity on the trained stand-in is a model-tier test, tests/model/test_standin.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from conftest import make_tiny_gpt2
+from conftest import capture_parity, make_tiny_gpt2
 from normlimits.model.capture import capture_batch, capture_window, iter_captures
 from normlimits.model.pretrained import LoadedModel, byte_encode
 
@@ -15,26 +16,9 @@ def _wrap(model):
                        is_paper_model=False)
 
 
-def _parity(loaded, ids, atol=1e-6):
-    with torch.no_grad():
-        out = loaded.model(ids, output_attentions=True, output_hidden_states=True)
-    batch = capture_batch(loaded, ids)
-    weights = batch.weights()
-    length = ids.shape[1]
-    causal = torch.ones(length, length, dtype=torch.bool).tril()
-    for layer, reference in enumerate(out.attentions):
-        assert torch.allclose(weights[:, layer], reference, atol=atol), layer
-        q, k = batch.queries[:, layer], batch.keys[:, layer]
-        recomputed = (q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5).masked_fill(~causal, float("-inf")).softmax(-1)
-        assert torch.allclose(recomputed, reference, atol=atol), layer
-        assert torch.equal(batch.hidden[:, layer], out.hidden_states[layer])
-    assert bool((weights.triu(1) == 0).all()), "masked keys get weight exactly 0"
-    return batch
-
-
 def test_parity_on_a_tiny_gpt2_configuration(tiny_loaded):
     ids = torch.randint(0, 300, (3, 40))
-    batch = _parity(tiny_loaded, ids)
+    batch = capture_parity(tiny_loaded, ids)
     assert batch.queries.shape == (3, 2, 4, 40, 8)
     assert batch.hidden.shape == (3, 2, 40, 32)
     assert batch.logits(rows=[0, 39]).shape == (3, 2, 4, 2, 40)
@@ -53,15 +37,6 @@ def test_parity_with_inverse_layer_scaling():
     weights = capture_batch(loaded, ids).weights()
     for layer, reference in enumerate(out.attentions):
         assert torch.allclose(weights[:, layer], reference, atol=1e-6)
-
-
-def test_parity_on_the_standin():
-    from normlimits.model.corpus import load_corpus, token_windows
-    from normlimits.model.standin import load_standin
-
-    loaded = load_standin()
-    ids = token_windows(loaded, load_corpus(), 256, 2)
-    _parity(loaded, ids, atol=1e-5)
 
 
 def test_causality_row_l_minus_1_equals_last_row_of_window_l(tiny_loaded):
