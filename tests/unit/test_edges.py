@@ -480,3 +480,29 @@ def test_property_separability_matches_exact_references(row, dtype):
             if not ambiguous:
                 assert float(res.fraction[0, g]) == frac[0][g], (method, n)
             assert abs(float(res.radius[0, g]) - rad[0][g]) <= 1e-11 * rad[0][g] + 1e-13 * keys * _sqrt(scale)
+
+
+def test_refine_squared_asks_for_the_mask_only_when_an_entry_cannot_be_resolved():
+    """``needed`` may be a function: it is called only when some entry falls below the floor, and
+    then refines exactly the entries the mask itself would (the Monte Carlo's terms pass it so,
+    most of their calls resolving every entry)."""
+    from normlimits.metrics.gram import GRAM_FLOOR, refine_squared
+
+    scale = torch.full((2, 3), 4.0, dtype=torch.float64)
+    calls = []
+
+    def mask():
+        calls.append(1)
+        return torch.tensor([[True, False, True], [True, True, False]])
+
+    resolved = torch.full((2, 3), 1.0, dtype=torch.float64)
+    refine_squared(resolved, scale, mask, lambda index: pytest.fail("nothing to refine"))
+    assert calls == [] and bool((resolved == 1.0).all())
+    tiny = 4.0 * GRAM_FLOOR / 2
+    as_tensor = mask()
+    calls.clear()
+    for needed in (mask, as_tensor):
+        d2 = torch.tensor([[tiny, tiny, 1.0], [1.0, tiny, tiny]], dtype=torch.float64)
+        refine_squared(d2, scale, needed, lambda index: torch.full((len(index[0]),), 7.0))
+        assert d2.tolist() == [[7.0, tiny, 1.0], [1.0, 7.0, tiny]]
+    assert calls == [1], "the function was called once, for the call that had entries to refine"

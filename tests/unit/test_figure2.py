@@ -91,10 +91,10 @@ def test_a_planted_faulty_estimator_fails_the_build_naming_the_cell(small_study,
     from normlimits.metrics import readings as R
     honest = R._stratified_draw
 
-    def faulty(w, x, total, lens, grid, heavy, prob, keys, forms, generator):
-        vals = honest(w, x, total, lens, grid, heavy, prob, keys, forms, generator)
+    def faulty(layout, generator):
+        vals = honest(layout, generator)
         # the second (layer, head) of the block; the recheck passes that head alone
-        vals["scaled"][1 if w.shape[0] > 1 else 0, :, grid == 5] *= 0.3
+        vals["scaled"][1 if layout.w.shape[0] > 1 else 0, :, layout.grid == 5] *= 0.3
         return vals
 
     monkeypatch.setattr(R, "_stratified_draw", faulty)

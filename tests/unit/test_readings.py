@@ -222,6 +222,39 @@ def test_context_vectors_at_the_grid_equal_the_cumulative_sum(dim):
     expected = torch.cumsum(xk, dim=2)[:, :, grid - 1]
     assert got.shape == (b, r, grid.numel(), dim)
     assert torch.allclose(got, expected, rtol=1e-12, atol=1e-12)
+    # without the ranks (the Monte Carlo's light prefixes): formed where the product needs them
+    assert torch.equal(R._ordered_context(w, x, order, None, grid), got)
+
+
+@pytest.mark.parametrize("forms", [("scaled", "raw", "weighted"), ("norm_of_sum",)])
+def test_one_draw_layout_serves_every_draw_and_takes_no_random_number(forms):
+    """What the replicates of a chunk share is computed once (``_draw_layout``): doing so draws no
+    random number, no draw changes it, and draws from one layout are those from a fresh layout per
+    draw, bit for bit (sink rows, causal lengths, the sampled light keys and the keys drawn apart)."""
+    L, grid = 40, torch.tensor([1, 2, 3, 5, 9, 20, 37, 39])
+    w, x = peaked_rows(6, L, 5, seed=3)
+    lens = torch.tensor([4, 9, 17, 30, 39, 40])
+    w = w * (torch.arange(L)[None, :] < lens[:, None])
+    w, x = w[None], x[None]                                                   # [1, 6, L], [1, L, 5]
+    total = torch.matmul(w, x)
+    heavy = torch.topk(w, R.MC_STRATA, dim=-1).indices
+    prob = R.stratum_probabilities(lens, R.MC_STRATA, grid)
+    gen = torch.Generator().manual_seed(11)
+    before = gen.get_state()
+    layout = R._draw_layout(w, x, total, lens, grid, heavy, prob, 8, forms)
+    assert torch.equal(gen.get_state(), before), "the layout drew a random number"
+    kept = {k: v.clone() for k, v in vars(layout).items() if isinstance(v, torch.Tensor)}
+    shared = [R._stratified_draw(layout, gen) for _ in range(3)]
+    for name, value in kept.items():
+        assert torch.equal(getattr(layout, name), value), f"a draw changed the layout's {name}"
+    gen.set_state(before)
+    fresh = [R._stratified_draw(R._draw_layout(w, x, total, lens, grid, heavy, prob, 8, forms), gen)
+             for _ in range(3)]
+    for one, other in zip(shared, fresh):
+        assert set(one) == set(forms)
+        for form in forms:
+            assert torch.equal(one[form], other[form]), form
+    assert not torch.equal(shared[0][forms[0]], shared[1][forms[0]]), "the draws do differ"
 
 
 def test_sampled_light_keys_beyond_the_strata_match_the_exact_expectation():

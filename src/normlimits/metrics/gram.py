@@ -25,19 +25,22 @@ __all__ = ["GRAM_FLOOR", "refine_squared"]
 GRAM_FLOOR = 2.0 ** -9
 
 
-def refine_squared(d2: Tensor, scale: Tensor, needed: Tensor | None,
+def refine_squared(d2: Tensor, scale: Tensor, needed: Tensor | Callable[[], Tensor] | None,
                    direct: Callable[[tuple[Tensor, ...]], Tensor]) -> Tensor:
     """Replace, in place, the entries of the squared distances ``d2`` (any shape) that the
     expansion cannot resolve.
 
     ``scale`` (broadcasting to ``d2``) bounds ``||a||^2 + ||b||^2`` of each entry from above;
-    ``needed`` (bool, broadcasting; None: all) marks the entries that are used. ``direct`` gets
-    the index tuple of the entries to redo (as ``nonzero(as_tuple=True)`` gives it) and returns
-    their squared distances from the difference of the vectors. Returns ``d2``.
+    ``needed`` (bool, broadcasting; None: all) marks the entries that are used, or is a function
+    that returns that mask, called only when some entry cannot be resolved (most calls: none).
+    ``direct`` gets the index tuple of the entries to redo (as ``nonzero(as_tuple=True)`` gives it)
+    and returns their squared distances from the difference of the vectors. Returns ``d2``.
     """
     delicate = d2 < scale * GRAM_FLOOR
+    if not bool(delicate.any()):
+        return d2
     if needed is not None:
-        delicate &= needed
+        delicate &= needed() if callable(needed) else needed
     if bool(delicate.any()):
         index = delicate.nonzero(as_tuple=True)
         d2[index] = direct(index).to(d2.dtype)

@@ -67,13 +67,15 @@ Cost: per row and ordering (the top-N one and each Monte Carlo draw) the context
 grid's N (segment sums of the ``N_max`` gathered vectors, ``N_max d``, or for wide vectors one
 product ``n L d``), one matmul ``x @ S^T`` of ``L d n`` and a few
 elementwise passes over ``[L, n]``; per Monte Carlo replicate the same for ``mc_keys + strata``
-keys against ``2^strata n`` context vectors; rows are processed in chunks of
+keys against ``2^strata n`` context vectors (what the replicates share, everything computed
+without a random number, once per chunk: :func:`_draw_layout`); rows are processed in chunks of
 ``chunk_elements`` floats. Shapes: weights ``[..., R, L]`` (zero beyond each row's visible keys),
 vectors ``[..., L, d]`` (leading dimensions broadcast), outputs ``[..., R, n]``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import torch
@@ -242,10 +244,11 @@ def _order_ranks(order: Tensor, length: int) -> Tensor:
 CONTEXT_MATMUL_MIN_DIM = 256
 
 
-def _ordered_context(w: Tensor, x: Tensor, order: Tensor, rank: Tensor, grid: Tensor) -> Tensor:
+def _ordered_context(w: Tensor, x: Tensor, order: Tensor, rank: Tensor | None,
+                     grid: Tensor) -> Tensor:
     """Context vectors ``s_N`` [b, r, n, d] of the first N keys of ``order`` [b, r, k] (k >= max
     N), for every N of the sorted ``grid``. w [b, r, L], x [b, L, d]; ``rank`` [b, r, L] each key's
-    place in ``order`` (:func:`_order_ranks`).
+    place in ``order`` (:func:`_order_ranks`; None: formed here if the product needs it).
 
     Only the n prefix sums are formed, never the k partial ones: for wide vectors (d >=
     :data:`CONTEXT_MATMUL_MIN_DIM`, e.g. hidden states) as one batched product of the weights cut
@@ -255,12 +258,14 @@ def _ordered_context(w: Tensor, x: Tensor, order: Tensor, rank: Tensor, grid: Te
     b, r, L = w.shape
     n = grid.numel()
     if x.shape[-1] >= CONTEXT_MATMUL_MIN_DIM:
+        rank = _order_ranks(order, L) if rank is None else rank
         cut = w[:, :, None, :] * (rank[:, :, None, :] < grid[:, None])      # [b, r, n, L]
         return torch.bmm(cut.view(b, r * n, L), x).view(b, r, n, -1)
     wk = torch.gather(w, -1, order)                                           # [b, r, k]
-    xk = x[torch.arange(b)[:, None, None], order].mul_(wk[..., None])         # [b, r, k, d]
-    bounds = [0] + grid.tolist()
-    parts = [xk[:, :, lo:hi].sum(2) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    rows = (order + (torch.arange(b) * L)[:, None, None]).reshape(-1)         # into x [b L, d]
+    xk = x.reshape(b * L, -1).index_select(0, rows).view(*order.shape, -1).mul_(wk[..., None])
+    widths = torch.diff(grid, prepend=grid.new_zeros(1)).tolist()             # [b, r, k, d] ^
+    parts = [segment.sum(2) for segment in xk[:, :, :int(grid[-1])].split(widths, 2)]
     return torch.stack(parts, 2).cumsum_(2)
 
 
@@ -341,28 +346,34 @@ def _weighted_terms(xs: Tensor, ws: Tensor, cross: Tensor, s2: Tensor, factor: T
     multiplied by ``factor`` [b, r, q, c] (0: not counted) and summed over the q keys:
     {form: [b, r, c]}. ``context(bi, ri, ci)`` gives the context vectors themselves [k, d], for
     the entries the expansion cannot resolve (:func:`normlimits.metrics.gram.refine_squared`)."""
-    needed = factor != 0
+    def needed():
+        return factor != 0
+
     s2 = s2[:, :, None]                                                       # [b, r, 1, c]
     x2 = (xs * xs).sum(-1)[..., None]                                         # [b, r, q, 1]
     res = {}
     if "scaled" in forms:
         y2s = ws * ws * x2
-        dist = torch.addcmul(y2s + s2, cross, ws, value=-2.0)
+        reach = y2s + s2                                                      # ||b x||^2 + ||s||^2
+        dist = torch.addcmul(reach, cross, ws, value=-2.0)
 
         def direct_scaled(index):
             bi, ri, qi, ci = index
             return (ws[bi, ri, qi] * xs[bi, ri, qi] - context(bi, ri, ci)).square().sum(-1)
 
-        refine_squared(dist, y2s + s2, needed, direct_scaled)
+        refine_squared(dist, reach, needed, direct_scaled)
+        del reach
         res["scaled"] = dist.clamp_min_(0).sqrt_().mul_(factor).sum(2)
     if "raw" in forms or "weighted" in forms:
-        dist = torch.add(x2 + s2, cross, alpha=-2.0)
+        reach = x2 + s2                                                       # ||x||^2 + ||s||^2
+        dist = torch.add(reach, cross, alpha=-2.0)
 
         def direct_raw(index):
             bi, ri, qi, ci = index
             return (xs[bi, ri, qi] - context(bi, ri, ci)).square().sum(-1)
 
-        refine_squared(dist, x2 + s2, needed, direct_raw)
+        refine_squared(dist, reach, needed, direct_raw)
+        del reach
         dist.clamp_min_(0).sqrt_().mul_(factor)
         if "raw" in forms:
             res["raw"] = dist.sum(2)
@@ -371,19 +382,47 @@ def _weighted_terms(xs: Tensor, ws: Tensor, cross: Tensor, s2: Tensor, factor: T
     return res
 
 
-def _stratified_draw(w: Tensor, x: Tensor, total: Tensor, lens: Tensor, grid: Tensor,
-                     heavy: Tensor, prob: Tensor, keys: int | None, forms: tuple[str, ...],
-                     generator) -> dict[str, Tensor]:
-    """One replicate of the stratified estimate of E (see :func:`row_statistics`): {form:
-    [b, r, n]}. w [b, r, L], x [b, L, d], total [b, r, d], lens [r], grid [n] sorted; heavy
-    [b, r, k] each row's k largest weights (slots beyond a row's length are invisible keys);
-    prob [r, P, n] (:func:`stratum_probabilities`); ``keys``: light keys summed per row (None:
-    every one).
+@dataclass(frozen=True)
+class _DrawLayout:
+    """What every replicate of one chunk's stratified estimate shares (:func:`_draw_layout`): the
+    chunk's inputs and everything computed from them without a random number. Shapes as in
+    :func:`_stratified_draw`."""
 
-    The context vector of pattern P at N is ``s_P + s_J`` (the pattern's heavy vectors and the
-    first ``N - |P|`` light keys of a random order), so every product with it is assembled from
-    products with the k heavy vectors and the light prefixes: the 2^k patterns cost elementwise
-    work on [keys, 2^k, n], never 2^k n context vectors of d entries."""
+    w: Tensor                 # [b, r, L]
+    x: Tensor                 # [b, L, d]
+    total: Tensor             # [b, r, d]
+    heavy: Tensor             # [b, r, k] the k heaviest keys
+    forms: tuple
+    member: Tensor            # [P, k] the patterns, in w's dtype
+    grid: Tensor              # [n]
+    light: Tensor             # [r] light keys per row
+    is_light: Tensor          # [b, r, L] bool
+    q: Tensor                 # [b, r, L] the importance chances of the one light key drawn apart
+    cdf: Tensor               # [b, r, L] their cumulative sums
+    n_light: Tensor           # [1, r, 1] light, in w's dtype
+    sizes: Tensor             # [G] the light context sizes |J| > 0 needed, sorted
+    wide: Tensor              # [r] rows whose J = light - {last} is formed apart
+    left_out_rows: Tensor     # [r'] those of them whose size light - 1 is among ``sizes``
+    left_out_at: Tensor       # [r] where light - 1 is in ``sizes``
+    t_light: Tensor | None    # [b, r', d] the sum of every light key's y, rows ``left_out_rows``
+    at: Tensor                # [r, P, n] each (P, N)'s light size: index into s_light (0: none)
+    at_b: Tensor              # [b, r, P n]
+    y_heavy: Tensor           # [b, r, k, d]
+    sp2: Tensor               # [b, r, P] ||s_P||^2 of the heavy part
+    prob: Tensor              # [1, r, P, n] the patterns' chances, in w's dtype
+    one: Tensor               # [1, r, P, n] |J| = 1
+    one_out: Tensor           # [1, r, P, n] J = every light key but one
+    keys: int                 # m: the light keys sampled outside I
+    pos: Tensor               # [r, m] their places in the order
+    valid: Tensor             # [1, r, m]
+    tail: Tensor | None       # [1, r, m, P, n] the sampled keys' weights before the draw's own
+    heavy_out: Tensor | None  # [1, r, k, P, 1] whether a live heavy slot is outside P
+
+
+def _draw_layout(w: Tensor, x: Tensor, total: Tensor, lens: Tensor, grid: Tensor, heavy: Tensor,
+                prob: Tensor, keys: int | None, forms: tuple[str, ...]) -> _DrawLayout:
+    """The part of :func:`_stratified_draw` that does not depend on the draw, computed once per
+    chunk for all its replicates (the same numbers, bit for bit, as computing it in each)."""
     b, r, L = w.shape
     k = heavy.shape[-1]
     member = _strata(k).to(w.dtype)                                           # [P, k]
@@ -393,19 +432,82 @@ def _stratified_draw(w: Tensor, x: Tensor, total: Tensor, lens: Tensor, grid: Te
     light = lens - held                                                       # [r] light keys
     visible = torch.arange(L)[None, :] < lens[:, None]                        # [r, L]
     is_heavy = torch.zeros(b, r, L, dtype=torch.bool).scatter_(-1, heavy, True)
-    # a uniform random order of each row's light keys, then everything else
     is_light = visible & ~is_heavy                                            # [b, r, L]
-    u = torch.rand(b, r, L, generator=generator, dtype=dtype)
-    perm = torch.argsort(torch.where(is_light, u, torch.full_like(u, 2.0)), dim=-1)
-    # and, for the subsets with one light key, that key drawn by importance: chance q_j half
-    # uniform, half in proportion to the weight, weighted 1 / (light q_j)
+    # the one light key drawn apart (J = {first}, or the one left out): chance q_j half uniform,
+    # half in proportion to the weight, weighted 1 / (light q_j)
     lw = torch.where(is_light, w, torch.zeros_like(w))
     lw_sum = lw.sum(-1, keepdim=True)
     n_light = light.to(dtype)[None, :, None]                                  # [1, r, 1]
     flat = is_light * (0.5 / n_light.clamp_min(1))
     q = flat + torch.where(lw_sum > 0, 0.5 * lw / lw_sum.clamp_min(torch.finfo(dtype).tiny), flat)
     q = torch.where((light > 0)[None, :, None], q, (torch.arange(L) == 0).to(dtype).expand(b, r, L))
-    cdf = q.cumsum(-1)                                                        # [b, r, L]
+    ne = torch.minimum(grid[None, :], lens[:, None])                          # [r, n]
+    rest = (ne[:, None, :] - _strata(k).sum(1)[None, :, None]).clamp(min=0)   # [r, P, n] |J|
+    rest = torch.minimum(rest, light[:, None, None])
+    sizes = torch.unique(rest[rest > 0])
+    wide = light >= 3                                         # [r] J = light - {last} apart
+    rows = torch.zeros(0, dtype=torch.long)
+    where_out = torch.zeros(r, dtype=torch.long)
+    t_light = None
+    if sizes.numel() and bool(wide.any()):
+        where_out = torch.searchsorted(sizes, light - 1)                      # [r]
+        has = wide & (where_out < sizes.numel())
+        has &= sizes[where_out.clamp(max=sizes.numel() - 1)] == light - 1
+        if bool(has.any()):
+            rows = has.nonzero()[:, 0]
+            t_light = torch.matmul(lw[:, rows, None, :], x[:, None])[:, :, 0]   # [b, r', d]
+    at = torch.searchsorted(sizes, rest) + 1                                  # [r, P, n]
+    at = torch.where(rest > 0, at, torch.zeros_like(at))
+    at_b = at.reshape(1, r, n_pat * n).expand(b, r, n_pat * n)                # [b, r, P n]
+    y_heavy = torch.gather(w, -1, heavy)[..., None] * x[torch.arange(b)[:, None, None], heavy]
+    hh = torch.matmul(y_heavy, y_heavy.transpose(-1, -2))                     # [b, r, k, k]
+    sp2 = torch.einsum("pk,brkl,pl->brp", member, hh, member)                 # [b, r, P]
+    one = (rest == 1)[None]                                                   # [1, r, P, n]
+    one_out = ((rest == light[:, None, None] - 1) & wide[:, None, None])[None]
+    m = L if keys is None else min(keys, L)
+    # the last m light keys of the order: a simple random sample (without replacement) of the
+    # light keys outside J, whatever |J| <= light - m; all of them when fewer remain
+    pos = light[:, None] - m + torch.arange(m)[None, :]                       # [r, m]
+    valid = (pos >= 0)[None]                                                  # [1, r, m]
+    tail = heavy_out = None
+    if any(f in FAMILY for f in forms):
+        outside_n = (light[:, None, None] - rest).to(dtype)                   # [r, P, n]
+        taken = torch.minimum(outside_n, torch.full_like(outside_n, float(m)))
+        scale = torch.where(taken > 0, outside_n / taken.clamp_min(1), torch.zeros_like(taken))
+        tail = ((pos[:, :, None, None] >= rest[:, None]) & (pos[:, :, None, None] >= 0)).to(dtype)
+        tail = tail[None] * scale[None, :, None]                              # [1, r, m, P, n]
+        slot_live = torch.arange(k)[None, :] < held[:, None]                  # [r, k]
+        heavy_out = ((member.t() == 0)[None] & slot_live[..., None]).to(dtype)   # [r, k, P]
+        heavy_out = heavy_out[None, ..., None]                                # [1, r, k, P, 1]
+    return _DrawLayout(w=w, x=x, total=total, heavy=heavy, forms=tuple(forms), member=member,
+                       grid=grid, light=light, is_light=is_light, q=q, cdf=q.cumsum(-1),
+                       n_light=n_light, sizes=sizes, wide=wide, left_out_rows=rows,
+                       left_out_at=where_out, t_light=t_light, at=at, at_b=at_b, y_heavy=y_heavy,
+                       sp2=sp2, prob=prob.to(dtype)[None], one=one, one_out=one_out, keys=m,
+                       pos=pos, valid=valid, tail=tail, heavy_out=heavy_out)
+
+
+def _stratified_draw(lay: _DrawLayout, generator) -> dict[str, Tensor]:
+    """One replicate of the stratified estimate of E (see :func:`row_statistics`): {form:
+    [b, r, n]}, from the chunk's :func:`_draw_layout` of w [b, r, L], x [b, L, d], total [b, r, d],
+    lens [r], grid [n] sorted, heavy [b, r, k] each row's k largest weights (slots beyond a row's
+    length are invisible keys), prob [r, P, n] (:func:`stratum_probabilities`) and ``keys`` light
+    keys summed per row (None: every one).
+
+    The context vector of pattern P at N is ``s_P + s_J`` (the pattern's heavy vectors and the
+    first ``N - |P|`` light keys of a random order), so every product with it is assembled from
+    products with the k heavy vectors and the light prefixes: the 2^k patterns cost elementwise
+    work on [keys, 2^k, n], never 2^k n context vectors of d entries."""
+    w, x, member, sizes, at, at_b, y_heavy = (lay.w, lay.x, lay.member, lay.sizes, lay.at,
+                                              lay.at_b, lay.y_heavy)
+    b, r, L = w.shape
+    k = lay.heavy.shape[-1]
+    n_pat, n = member.shape[0], lay.grid.numel()
+    dtype = w.dtype
+    light, n_light, q, cdf = lay.light, lay.n_light, lay.q, lay.cdf
+    # a uniform random order of each row's light keys, then everything else
+    u = torch.rand(b, r, L, generator=generator, dtype=dtype)
+    perm = torch.argsort(torch.where(lay.is_light, u, torch.full_like(u, 2.0)), dim=-1)
 
     def draw_key() -> Tensor:                   # [b, r, 1]: a key with chance q (inverse cdf)
         pick = torch.rand(b, r, 1, generator=generator, dtype=dtype) * cdf[..., -1:]
@@ -420,32 +522,17 @@ def _stratified_draw(w: Tensor, x: Tensor, total: Tensor, lens: Tensor, grid: Te
     omega_out = torch.where(light[None, :] > 0,
                             1.0 / (n_light[..., 0] * torch.gather(q, -1, last)[..., 0]),
                             torch.ones(b, r, dtype=dtype))                    # [b, r]
-    ne = torch.minimum(grid[None, :], lens[:, None])                          # [r, n]
-    rest = (ne[:, None, :] - _strata(k).sum(1)[None, :, None]).clamp(min=0)   # [r, P, n] |J|
-    rest = torch.minimum(rest, light[:, None, None])
     # the light context vectors s_J at every size |J| needed, 0 for |J| = 0
-    sizes = torch.unique(rest[rest > 0])
     s_light = torch.zeros(b, r, sizes.numel() + 1, x.shape[-1], dtype=dtype)
     if sizes.numel():
         prefix = perm[..., :int(sizes.max())]
-        s_light[:, :, 1:] = _ordered_context(w, x, prefix, _order_ranks(prefix, L), sizes)
+        s_light[:, :, 1:] = _ordered_context(w, x, prefix, None, sizes)
     if sizes.numel() and int(sizes[0]) == 1:                  # J = {first}, not the order's
         s_light[:, :, 1] = torch.gather(w, -1, first) * x[torch.arange(b)[:, None], first[..., 0]]
-    wide = light >= 3                                         # [r] J = light - {last} apart
-    if sizes.numel() and bool(wide.any()):
-        where_out = torch.searchsorted(sizes, light - 1)                      # [r]
-        has = wide & (where_out < sizes.numel())
-        has &= sizes[where_out.clamp(max=sizes.numel() - 1)] == light - 1
-        if bool(has.any()):
-            rr = has.nonzero()[:, 0]
-            t_light = torch.matmul(torch.where(is_light, w, torch.zeros_like(w))[:, rr, None, :],
-                                   x[:, None])[:, :, 0]                      # [b, r', d]
-            y_last = torch.gather(w, -1, last)[:, rr] * x[torch.arange(b)[:, None], last[:, rr, 0]]
-            s_light[:, rr, where_out[rr] + 1] = t_light - y_last
-    at = torch.searchsorted(sizes, rest) + 1                                  # [r, P, n]
-    at = torch.where(rest > 0, at, torch.zeros_like(at))
-    at_b = at.reshape(1, r, n_pat * n).expand(b, r, n_pat * n)                # [b, r, P n]
-    y_heavy = torch.gather(w, -1, heavy)[..., None] * x[torch.arange(b)[:, None, None], heavy]
+    if lay.t_light is not None:                               # J = light - {last}
+        rr = lay.left_out_rows
+        y_last = torch.gather(w, -1, last)[:, rr] * x[torch.arange(b)[:, None], last[:, rr, 0]]
+        s_light[:, rr, lay.left_out_at[rr] + 1] = lay.t_light - y_last
 
     def spread(by_heavy: Tensor, by_light: Tensor) -> Tensor:
         """[b, r, j, k] and [b, r, j, G] products with the heavy vectors and light prefixes ->
@@ -460,45 +547,31 @@ def _stratified_draw(w: Tensor, x: Tensor, total: Tensor, lens: Tensor, grid: Te
         return torch.einsum("ik,ikd->id", member[pi], y_heavy[bi, ri]) \
             + s_light[bi, ri, at[ri, pi, ni]]
 
-    hh = torch.matmul(y_heavy, y_heavy.transpose(-1, -2))                     # [b, r, k, k]
     hl = torch.matmul(y_heavy, s_light.transpose(-1, -2))                     # [b, r, k, G]
     ll = (s_light * s_light).sum(-1)                                          # [b, r, G]
-    sp2 = torch.einsum("pk,brkl,pl->brp", member, hh, member)                 # [b, r, P]
-    s2 = (torch.gather(ll, -1, at_b).view(b, r, n_pat, n) + sp2[..., None]
+    s2 = (torch.gather(ll, -1, at_b).view(b, r, n_pat, n) + lay.sp2[..., None]
           + 2 * _pattern_light(hl, member, at_b, n_pat, n).view(b, r, n_pat, n))
     s2 = s2.reshape(b, r, n_pat * n).clamp_min_(0)
-    one = (rest == 1)[None]                                                   # [1, r, P, n]
-    one_out = ((rest == light[:, None, None] - 1) & wide[:, None, None])[None]
-    pw = prob.to(dtype)[None] * torch.where(one, omega[..., None, None],
-                                            torch.ones_like(omega)[..., None, None])
+    one, one_out = lay.one, lay.one_out
+    pw = lay.prob * torch.where(one, omega[..., None, None], torch.ones_like(omega)[..., None, None])
     pw = pw * torch.where(one_out, omega_out[..., None, None], torch.ones_like(omega)[..., None, None])
     vals: dict[str, Tensor] = {}
-    family = tuple(f for f in forms if f in FAMILY)
+    family = tuple(f for f in lay.forms if f in FAMILY)
     if family:
-        m = L if keys is None else min(keys, L)
-        # the last m light keys of the order: a simple random sample (without replacement) of
-        # the light keys outside J, whatever |J| <= light - m; all of them when fewer remain.
-        # With J = {first} (drawn apart), the sample less that key: one of the light - 1 others.
-        pos = light[:, None] - m + torch.arange(m)[None, :]                   # [r, m]
+        m, pos, valid = lay.keys, lay.pos, lay.valid
+        # the last m light keys of the order (:func:`_draw_layout`). With J = {first} (drawn
+        # apart), the sample less that key: one of the light - 1 others.
         idx_t = torch.gather(perm, -1, pos.clamp(min=0).expand(b, r, m))
-        valid = (pos >= 0)[None]                                              # [1, r, m]
         is_first = (idx_t == first) & valid                                   # [b, r, m]
-        outside_n = (light[:, None, None] - rest).to(dtype)                   # [r, P, n]
-        taken = torch.minimum(outside_n, torch.full_like(outside_n, float(m)))
-        scale = torch.where(taken > 0, outside_n / taken.clamp_min(1), torch.zeros_like(taken))
-        f_tail = ((pos[:, :, None, None] >= rest[:, None]) & (pos[:, :, None, None] >= 0)).to(dtype)
-        f_tail = f_tail[None] * scale[None, :, None]                          # [1, r, m, P, n]
         kept = (torch.minimum(light, torch.tensor(m))[None] - is_first.sum(-1)).to(dtype)
         scale_one = torch.where(kept > 0, (light[None] - 1).to(dtype) / kept.clamp_min(1),
                                 torch.zeros_like(kept))                       # [b, r]
         f_one = (valid & ~is_first).to(dtype) * scale_one[..., None]          # [b, r, m]
-        f_tail = torch.where(one[:, :, None], f_one[..., None, None], f_tail) * pw[:, :, None]
+        f_tail = torch.where(one[:, :, None], f_one[..., None, None], lay.tail) * pw[:, :, None]
         f_tail = f_tail * ~one_out[:, :, None]             # the key left out is summed apart
-        slot_live = torch.arange(k)[None, :] < held[:, None]                  # [r, k]
-        f_heavy = ((member.t() == 0)[None] & slot_live[..., None]).to(dtype)  # [r, k, P]
-        f_heavy = f_heavy[None, ..., None] * pw[:, :, None]                   # [b, r, k, P, n]
+        f_heavy = lay.heavy_out * pw[:, :, None]                              # [b, r, k, P, n]
         f_last = (one_out * pw)[:, :, None]                                   # [b, r, 1, P, n]
-        idx = torch.cat([idx_t, heavy, last], -1)                             # [b, r, m + k + 1]
+        idx = torch.cat([idx_t, lay.heavy, last], -1)                         # [b, r, m + k + 1]
         factor = torch.cat([f_tail, f_heavy, f_last], 2).reshape(b, r, m + k + 1, n_pat * n)
         xs = x[torch.arange(b)[:, None, None], idx]                           # [b, r, q, d]
         ws = torch.gather(w, -1, idx)[..., None]                              # [b, r, q, 1]
@@ -506,7 +579,8 @@ def _stratified_draw(w: Tensor, x: Tensor, total: Tensor, lens: Tensor, grid: Te
                        torch.matmul(xs, s_light.transpose(-1, -2)))          # [b, r, q, P n]
         for f, v in _weighted_terms(xs, ws, cross, s2, factor, context, family).items():
             vals[f] = v.view(b, r, n_pat, n).sum(2)
-    if "norm_of_sum" in forms:
+    if "norm_of_sum" in lay.forms:
+        total = lay.total
         # ||T - 2 s||^2 = ||T||^2 - 4 <T, s> + 4 ||s||^2, refined where it cancels
         t2 = (total * total).sum(-1)[..., None]                               # [b, r, 1]
         ts = spread(torch.matmul(total[:, :, None], y_heavy.transpose(-1, -2)),
@@ -594,10 +668,10 @@ def _chunk_live(w, x, lens, grid, forms, samples, mc_keys, wanted, generator, to
         heavy = top_n(torch.where(visible, w, torch.full_like(w, -1.0)), k)[1] if k else \
             torch.zeros(b, r, 0, dtype=torch.long)
         prob = stratum_probabilities(lens, k, grid)                           # [r, P, n]
+        layout = _draw_layout(w, x, total, lens, grid, heavy, prob, mc_keys, forms)
         draws: dict[str, list[Tensor]] = {f: [] for f in forms}
         for _ in range(samples):
-            vals = _stratified_draw(w, x, total, lens, grid, heavy, prob, mc_keys, forms,
-                                    generator)
+            vals = _stratified_draw(layout, generator)
             for f, v in vals.items():
                 draws[f].append(v)
         for f, got in draws.items():
