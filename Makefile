@@ -86,15 +86,24 @@ pdf: $(INSTALLED) $(MATHJAX) browser
 colab: $(INSTALLED)
 	$(PY) -m normlimits colab _build/colab
 
-test: $(INSTALLED) $(MATHJAX) browser
-	$(PY) -m pytest
+# The tiers, one folder each (tests/unit, tests/model, tests/book); `make test` runs all three:
+# the unit and model tiers in TEST_WORKERS processes at once (pytest-xdist, each test file on one
+# worker, the cores split between the workers), then the book tier alone (its strict build uses
+# every core), which runs even when an earlier tier failed so that one run reports every failure.
+TEST_WORKERS ?= 2
+PARALLEL = -n $(TEST_WORKERS) --dist loadfile
 
-# The tiers, one folder each (tests/unit, tests/model, tests/book); `make test` runs all three.
+test: $(INSTALLED) $(MATHJAX) browser
+	@$(PY) -m pytest $(PARALLEL) tests/unit tests/model; first=$$?; \
+	$(PY) -m pytest tests/book; book=$$?; \
+	echo "make test: unit and model tiers exit $$first, book tier exit $$book"; \
+	test $$first -eq 0 && test $$book -eq 0
+
 test-fast: $(INSTALLED)
-	$(PY) -m pytest tests/unit
+	$(PY) -m pytest $(PARALLEL) tests/unit
 
 test-model: $(INSTALLED)
-	$(PY) -m pytest tests/model
+	$(PY) -m pytest $(PARALLEL) tests/model
 
 test-book: $(INSTALLED) $(MATHJAX) browser
 	$(PY) -m pytest tests/book

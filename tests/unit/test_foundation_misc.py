@@ -227,3 +227,14 @@ def test_registry_refuses_a_missing_chapter_module(monkeypatch):
     with pytest.raises(ModuleNotFoundError, match="no_such_chapter"):
         claims._collect()
     assert "no_such_chapter" not in {c.chapter for c in claims.REGISTRY.values()}
+
+
+def test_parallel_test_workers_split_the_cores():
+    """Each of `make test`'s parallel workers runs torch on its share of the cores, at least one."""
+    from conftest import worker_threads
+
+    assert worker_threads(2, 2) == 1
+    assert worker_threads(2, 16) == 8
+    assert worker_threads(4, 2) == 1
+    assert worker_threads(1, None) == 1
+    assert worker_threads(0, 3) == 3
