@@ -19,7 +19,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def worker_threads(workers: int, cores: int | None) -> int:
     """torch threads for each of ``workers`` test processes sharing ``cores`` (at least 1): the
     cores split between them, so two workers on 2 cores do not run 4 threads that spin against
-    each other (the unit tier took 181 s so and 127 s at 1 thread each, against 196 s alone)."""
+    each other (the unit tier took 181 s with 2 threads each and 127 s with 1, against 196 s in
+    one process)."""
     return max(1, (cores or 1) // max(1, workers))
 
 

@@ -263,8 +263,9 @@ def _ordered_context(w: Tensor, x: Tensor, order: Tensor, rank: Tensor | None,
         return torch.bmm(cut.view(b, r * n, L), x).view(b, r, n, -1)
     wk = torch.gather(w, -1, order)                                           # [b, r, k]
     rows = (order + (torch.arange(b) * L)[:, None, None]).reshape(-1)         # into x [b L, d]
-    xk = x.reshape(b * L, -1).index_select(0, rows).view(*order.shape, -1).mul_(wk[..., None])
-    widths = torch.diff(grid, prepend=grid.new_zeros(1)).tolist()             # [b, r, k, d] ^
+    xk = x.reshape(b * L, -1).index_select(0, rows).view(*order.shape, -1)   # [b, r, k, d]
+    xk.mul_(wk[..., None])
+    widths = torch.diff(grid, prepend=grid.new_zeros(1)).tolist()             # keys per segment
     parts = [segment.sum(2) for segment in xk[:, :, :int(grid[-1])].split(widths, 2)]
     return torch.stack(parts, 2).cumsum_(2)
 
@@ -401,8 +402,8 @@ class _DrawLayout:
     cdf: Tensor               # [b, r, L] their cumulative sums
     n_light: Tensor           # [1, r, 1] light, in w's dtype
     sizes: Tensor             # [G] the light context sizes |J| > 0 needed, sorted
-    wide: Tensor              # [r] rows whose J = light - {last} is formed apart
-    left_out_rows: Tensor     # [r'] those of them whose size light - 1 is among ``sizes``
+    left_out_rows: Tensor     # [r'] rows whose J = light - {last} is formed apart (light >= 3
+                              # and size light - 1 among ``sizes``)
     left_out_at: Tensor       # [r] where light - 1 is in ``sizes``
     t_light: Tensor | None    # [b, r', d] the sum of every light key's y, rows ``left_out_rows``
     at: Tensor                # [r, P, n] each (P, N)'s light size: index into s_light (0: none)
@@ -481,7 +482,7 @@ def _draw_layout(w: Tensor, x: Tensor, total: Tensor, lens: Tensor, grid: Tensor
         heavy_out = heavy_out[None, ..., None]                                # [1, r, k, P, 1]
     return _DrawLayout(w=w, x=x, total=total, heavy=heavy, forms=tuple(forms), member=member,
                        grid=grid, light=light, is_light=is_light, q=q, cdf=q.cumsum(-1),
-                       n_light=n_light, sizes=sizes, wide=wide, left_out_rows=rows,
+                       n_light=n_light, sizes=sizes, left_out_rows=rows,
                        left_out_at=where_out, t_light=t_light, at=at, at_b=at_b, y_heavy=y_heavy,
                        sp2=sp2, prob=prob.to(dtype)[None], one=one, one_out=one_out, keys=m,
                        pos=pos, valid=valid, tail=tail, heavy_out=heavy_out)
